@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every Debian package the build, the tests and the benchmarks need. Idempotent.
+set -euo pipefail
+
+packages=(
+  cmake ninja-build g++ pkg-config            # build
+  libgtest-dev libbenchmark-dev               # unit tests, microbenchmarks
+  nlohmann-json3-dev                          # config.json, tokenizer.json, safetensors headers
+  libpcre2-dev                                # tokenizer split regex with Unicode classes
+  libcli11-dev                                # the m3 command line
+  python3 python3-numpy                       # float64 reference (tests/reference)
+)
+
+missing=()
+# Node.js and npm run the tokenizer cross-check (js-tiktoken); the machine image usually has them.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  packages+=(nodejs npm)
+fi
+for p in "${packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

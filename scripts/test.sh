@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Everything CI runs: install packages, build Release and run every test (unit + integration
+# against the float64 NumPy reference), then build with ASan+UBSan and run the unit tests again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/build.sh release
+ctest --preset release
+bash scripts/build.sh asan
+ctest --preset asan

@@ -1,0 +1,54 @@
+#include "attention/msa_select.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace m3 {
+
+namespace {
+// vLLM treats NaN block scores as -1e30; doing the same keeps a NaN from poisoning the ordering.
+inline float rank_value(float s) { return std::isnan(s) ? -1e30f : s; }
+
+// a ranks before b: higher score, or equal score and smaller block id.
+inline bool ranks_before(const float* scores, int32_t a, int32_t b) {
+  const float sa = rank_value(scores[a]), sb = rank_value(scores[b]);
+  return sa > sb || (sa == sb && a < b);
+}
+}  // namespace
+
+void msa_select_blocks(const float* block_scores, int64_t local_block, int topk, std::vector<int32_t>& out) {
+  out.clear();
+  if (local_block + 1 <= topk) {
+    for (int32_t b = 0; b <= local_block; ++b) out.push_back(b);
+    return;
+  }
+  // partial_sort with a total order (score, id) selects exactly the stable top-(k-1).
+  std::vector<int32_t> ids(static_cast<size_t>(local_block));
+  std::iota(ids.begin(), ids.end(), 0);
+  const int keep = topk - 1;
+  std::nth_element(ids.begin(), ids.begin() + keep, ids.end(),
+                   [&](int32_t a, int32_t b) { return ranks_before(block_scores, a, b); });
+  out.assign(ids.begin(), ids.begin() + keep);
+  std::sort(out.begin(), out.end());
+  out.push_back(int32_t(local_block));
+}
+
+void msa_select_blocks_ref(const float* block_scores, int64_t local_block, int topk, std::vector<int32_t>& out) {
+  out.clear();
+  const int64_t visible = local_block + 1;
+  if (visible <= topk) {
+    for (int32_t b = 0; b <= local_block; ++b) out.push_back(b);
+    return;
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(local_block));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::stable_sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
+    return rank_value(block_scores[a]) > rank_value(block_scores[b]);
+  });
+  out.assign(ids.begin(), ids.begin() + (topk - 1));
+  std::sort(out.begin(), out.end());
+  out.push_back(int32_t(local_block));
+}
+
+}  // namespace m3

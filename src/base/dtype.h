@@ -1,0 +1,41 @@
+#pragma once
+// Element types that appear in safetensors checkpoints, and scalar conversions to/from fp32.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+namespace m3 {
+
+enum class DType { BF16, F16, F32, F8_E4M3, U8, I32, I64 };
+
+size_t dtype_size(DType t);
+// The safetensors spelling: "BF16", "F16", "F32", "F8_E4M3", "U8", "I32", "I64".
+std::string_view dtype_name(DType t);
+std::optional<DType> parse_dtype(std::string_view name);
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Round to nearest even, as torch does; NaN stays NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return uint16_t((bits >> 16) | 0x40);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return uint16_t(bits >> 16);
+}
+
+inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
+
+float f16_to_f32(uint16_t h);
+uint16_t f32_to_f16(float f);
+// OCP FP8 E4M3 (float8_e4m3fn): no infinities, 0x7f/0xff are NaN, max 448.
+float f8e4m3_to_f32(uint8_t v);
+
+}  // namespace m3

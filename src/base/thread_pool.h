@@ -1,0 +1,45 @@
+#pragma once
+// The one thread pool of the process. Work is split into contiguous ranges so results do not
+// depend on scheduling: for a fixed thread count every range is computed by the same code in the
+// same order, which keeps outputs bit-identical between runs.
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace m3 {
+
+class ThreadPool {
+ public:
+  explicit ThreadPool(int num_threads);  // <= 0: hardware concurrency
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }  // workers + the calling thread
+
+  // Calls fn(begin, end) on disjoint ranges covering [0, n); blocks until all are done.
+  // Ranges are at least `grain` long. Exceptions thrown by fn are rethrown here (first one wins).
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+
+ private:
+  void worker_loop(int index);
+  void run_range(int part);
+
+  std::vector<std::thread> workers_;
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stop_ = false;
+  // The job being run.
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t n_ = 0;
+  int parts_ = 0;
+  std::exception_ptr error_;
+  std::mutex job_mu_;  // one parallel_for at a time
+};
+
+}  // namespace m3

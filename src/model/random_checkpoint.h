@@ -1,0 +1,33 @@
+#pragma once
+// Small checkpoints in the real MiniMax-M3 layout with seeded random weights, for tests, demos and
+// benchmarks (no real weights can be downloaded here). The code that loads them is the code that
+// loads the 854 GB release.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "io/model_config.h"
+
+namespace m3 {
+
+struct RandomCheckpointOptions {
+  std::string preset = "tiny";  // tiny | small (see preset_config)
+  uint64_t seed = 0;
+  std::string out_dir;
+  std::optional<int> block_size;  // overrides sparse_block_size
+  std::optional<int> topk;        // overrides sparse_topk_blocks
+  std::optional<int> layers;      // overrides num_hidden_layers (first layer dense, the rest MSA + MoE)
+  uint64_t max_shard_bytes = 0;   // 0: one model.safetensors; else shards + index
+};
+
+std::vector<std::string> preset_names();
+// The config of a preset for a tokenizer of `vocab_size` ids (rounded up to a multiple of 8).
+ModelConfig preset_config(const std::string& preset, int vocab_size);
+// Number of BPE merges of the preset's tokenizer.
+int preset_num_merges(const std::string& preset);
+
+// Writes config.json, tokenizer.json and the safetensors into out_dir (created if needed).
+void make_random_checkpoint(const RandomCheckpointOptions& opt);
+
+}  // namespace m3

@@ -1,0 +1,40 @@
+#pragma once
+// The MiniMax-M3 text model (spec §3): embedding, decoder layers, final norm, lm_head.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+#include "model/text_weights.h"
+#include "runtime/kv_cache.h"
+
+namespace m3 {
+
+enum class LogitsFor { None, Last, All };
+
+class TextModel {
+ public:
+  // Binds the weights in `store` (which must outlive the model).
+  TextModel(const ModelConfig& cfg, const TensorStore& store, ThreadPool& pool);
+
+  const TextConfig& config() const { return cfg_; }
+  KvCacheShape cache_shape() const;
+  int vocab_size() const { return cfg_.vocab_size; }
+
+  // Runs n tokens at positions cache.length() .. +n-1, storing their K/V, and advances the cache.
+  // logits: (1, vocab) for Last, (n, vocab) for All. Token ids are checked against the vocabulary.
+  void forward(KvCache& cache, const int32_t* tokens, int64_t n, LogitsFor which, std::vector<float>& logits);
+  // Same from precomputed input embeddings (rows, hidden): the multimodal path.
+  void forward_embeddings(KvCache& cache, const float* x, int64_t n, LogitsFor which, std::vector<float>& logits);
+
+  void embed(const int32_t* tokens, int64_t n, float* x) const;  // x (n, hidden)
+
+ private:
+  TextConfig cfg_;
+  TextWeights w_;
+  ThreadPool& pool_;
+};
+
+}  // namespace m3

@@ -1,0 +1,37 @@
+#pragma once
+// Turns logits into the next token. Greedy when temperature is 0; otherwise the usual chain:
+// repetition penalty -> top-k -> temperature -> top-p -> min-p -> draw (seeded, reproducible).
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace m3 {
+
+struct SamplingParams {
+  float temperature = 0.0f;         // 0: greedy
+  int top_k = 0;                    // 0: off
+  float top_p = 1.0f;               // 1: off
+  float min_p = 0.0f;               // 0: off; keep tokens with p >= min_p * p_max
+  float repetition_penalty = 1.0f;  // 1: off; CTRL-style: divide positive logits, multiply negative
+  int repetition_window = 256;      // how many recent tokens the penalty looks at
+  uint64_t seed = 0;
+
+  void validate() const;  // throws m3::Error naming the bad field
+};
+
+class Sampler {
+ public:
+  explicit Sampler(SamplingParams p);
+  // logits (vocab); history = tokens so far (prompt + generated) for the repetition penalty.
+  int32_t sample(const float* logits, int vocab, const std::vector<int32_t>& history);
+
+ private:
+  SamplingParams p_;
+  std::mt19937_64 rng_;
+  std::vector<float> work_;
+  std::vector<int32_t> ids_;
+};
+
+int32_t argmax(const float* logits, int vocab);  // ties -> smaller id
+
+}  // namespace m3

@@ -1,0 +1,154 @@
+// Fast kernels against their plain references on random inputs, including awkward sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/activations.h"
+#include "kernels/matmul.h"
+#include "kernels/norm.h"
+#include "kernels/rope.h"
+
+using namespace m3;
+
+namespace {
+
+std::vector<float> random_vec(std::mt19937& rng, size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> to_bytes(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::F32) std::memcpy(out.data() + 4 * i, &v[i], 4);
+    else {
+      uint16_t h = t == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(Matmul, MatchesReferenceForEveryDtypeAndAwkwardShapes) {
+  std::mt19937 rng(1);
+  ThreadPool pool(3);
+  for (DType t : {DType::BF16, DType::F16, DType::F32})
+    for (auto [M, N, K] : {std::tuple{1, 1, 1}, {1, 33, 17}, {7, 65, 129}, {5, 130, 300}}) {
+      auto x = random_vec(rng, size_t(M * K));
+      auto wf = random_vec(rng, size_t(N * K), 0.1f);
+      auto wb = to_bytes(wf, t);
+      WeightMatrix w{t, wb.data(), N, K};
+      std::vector<float> y(size_t(M * N)), yr(size_t(M * N));
+      matmul(pool, x.data(), M, w, y.data());
+      matmul_ref(x.data(), M, w, yr.data());
+      for (size_t i = 0; i < y.size(); ++i) EXPECT_NEAR(y[i], yr[i], 1e-4f * (1.0f + std::fabs(yr[i]))) << i;
+    }
+}
+
+TEST(Matmul, GatherPicksTheRequestedRows) {
+  std::mt19937 rng(2);
+  ThreadPool pool(2);
+  const int M = 6, N = 9, K = 20;
+  auto x = random_vec(rng, size_t(M * K));
+  auto wf = random_vec(rng, size_t(N * K));
+  WeightMatrix w{DType::F32, reinterpret_cast<const uint8_t*>(wf.data()), N, K};
+  std::vector<int32_t> rows = {4, 0, 4};
+  std::vector<float> y(rows.size() * N), full(size_t(M * N));
+  matmul_gather(pool, x.data(), rows.data(), int64_t(rows.size()), w, y.data());
+  matmul(pool, x.data(), M, w, full.data());
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int n = 0; n < N; ++n) EXPECT_EQ(y[i * N + n], full[size_t(rows[i]) * N + n]);
+}
+
+TEST(Matmul, ResultIsIdenticalForAnyThreadCount) {
+  std::mt19937 rng(3);
+  const int M = 4, N = 77, K = 130;
+  auto x = random_vec(rng, size_t(M * K));
+  auto wb = to_bytes(random_vec(rng, size_t(N * K)), DType::BF16);
+  WeightMatrix w{DType::BF16, wb.data(), N, K};
+  std::vector<float> y1(size_t(M * N)), y3(size_t(M * N));
+  ThreadPool p1(1), p3(3);
+  matmul(p1, x.data(), M, w, y1.data());
+  matmul(p3, x.data(), M, w, y3.data());
+  EXPECT_EQ(y1, y3);
+}
+
+TEST(GemmaNorm, MatchesFormula) {
+  std::mt19937 rng(4);
+  const int R = 3, n = 37;
+  auto x = random_vec(rng, R * n, 3.0f);
+  auto w = random_vec(rng, n, 0.1f);
+  std::vector<float> scale(n), y(R * n);
+  for (int i = 0; i < n; ++i) scale[i] = 1.0f + w[i];
+  gemma_rmsnorm(x.data(), scale.data(), R, n, 1e-6, y.data());
+  for (int r = 0; r < R; ++r) {
+    double ss = 0;
+    for (int i = 0; i < n; ++i) ss += double(x[r * n + i]) * x[r * n + i];
+    const double inv = 1.0 / std::sqrt(ss / n + 1e-6);
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[r * n + i], x[r * n + i] * inv * (1.0 + w[i]), 1e-5);
+  }
+}
+
+TEST(Rope, RotatesPairsAndPassesTheRestThrough) {
+  // head_dim 8, rotary 4: pairs (0,2), (1,3); dims 4..7 unchanged.
+  RopeTable rope(10000.0, 4);
+  const int64_t pos[] = {0, 5, 1000000};
+  rope.build(pos, 3);
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> v = {1, 2, 3, 4, 5, 6, 7, 8};
+    rope.apply(v.data(), i, 1, 8);
+    for (int j = 0; j < 2; ++j) {
+      const double a = double(pos[i]) * std::pow(10000.0, -2.0 * j / 4);
+      const double x0 = 1 + j, x1 = 3 + j;
+      EXPECT_NEAR(v[j], x0 * std::cos(a) - x1 * std::sin(a), 1e-5);
+      EXPECT_NEAR(v[j + 2], x1 * std::cos(a) + x0 * std::sin(a), 1e-5);
+    }
+    for (int d = 4; d < 8; ++d) EXPECT_EQ(v[d], float(d + 1));
+  }
+}
+
+TEST(SwigluOai, ClampsGateAboveAndUpBothWays) {
+  const float gate[] = {-10.0f, 0.5f, 9.0f, 2.0f};
+  const float up[] = {0.0f, -9.0f, 1.0f, 8.0f};
+  float out[4];
+  swigluoai(gate, up, 4, 1.702f, 7.0f, out);
+  auto ref = [](double g, double u) {
+    g = std::min(g, 7.0);
+    u = std::clamp(u, -7.0, 7.0);
+    return g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+  };
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(out[i], ref(gate[i], up[i]), 1e-5);
+  EXPECT_LT(out[0], 0.0f);  // no lower clamp on the gate: a very negative gate still passes a small value
+}
+
+TEST(ThreadPool, CoversTheRangeOnceAndRethrows) {
+  ThreadPool pool(4);
+  std::vector<int> hits(1000, 0);
+  pool.parallel_for(1000, [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) hits[size_t(i)]++;
+  });
+  for (int h : hits) EXPECT_EQ(h, 1);
+  EXPECT_THROW(pool.parallel_for(10, [](int64_t a, int64_t) {
+    if (a == 0) throw std::runtime_error("boom");
+  }), std::runtime_error);
+  pool.parallel_for(3, [&](int64_t, int64_t) {});  // still usable
+}
+
+TEST(Dtype, Conversions) {
+  EXPECT_EQ(bf16_to_f32(f32_to_bf16(1.0f)), 1.0f);
+  EXPECT_EQ(f32_to_bf16(1.00390625f), 0x3f80);  // halfway rounds to even
+  EXPECT_EQ(f16_to_f32(f32_to_f16(0.333251953125f)), 0.333251953125f);
+  EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
+  EXPECT_EQ(f8e4m3_to_f32(0x7e), 448.0f);
+  EXPECT_TRUE(std::isnan(f8e4m3_to_f32(0x7f)));
+  EXPECT_EQ(f8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+}

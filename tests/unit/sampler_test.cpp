@@ -1,0 +1,84 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "base/error.h"
+#include "runtime/kv_cache.h"
+#include "runtime/sampler.h"
+
+using namespace m3;
+
+TEST(Sampler, GreedyPicksArgmaxWithSmallerIdOnTies) {
+  Sampler s(SamplingParams{});
+  const float logits[] = {1.0f, 3.0f, 3.0f, -1.0f};
+  EXPECT_EQ(s.sample(logits, 4, {}), 1);
+}
+
+TEST(Sampler, SeedMakesDrawsReproducible) {
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 42;
+  const float logits[] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
+  Sampler a(p), b(p);
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits, 5, {}), b.sample(logits, 5, {}));
+}
+
+TEST(Sampler, TopKAndTopPAndMinPRestrictTheCandidates) {
+  const float logits[] = {5.0f, 4.9f, 0.0f, -1.0f, -2.0f};
+  auto draws = [&](SamplingParams p) {
+    Sampler s(p);
+    std::map<int, int> seen;
+    for (int i = 0; i < 400; ++i) seen[s.sample(logits, 5, {})]++;
+    return seen;
+  };
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_k = 2;
+  auto k = draws(p);
+  EXPECT_EQ(k.size(), 2u);
+  p.top_k = 0;
+  p.top_p = 0.5f;  // the first token alone has ~0.5; at most the top two survive
+  for (auto& [id, n] : draws(p)) EXPECT_LT(id, 2);
+  p.top_p = 1.0f;
+  p.min_p = 0.5f;
+  for (auto& [id, n] : draws(p)) EXPECT_LT(id, 2);
+}
+
+TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
+  SamplingParams p;
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  const float logits[] = {2.0f, 1.5f};
+  EXPECT_EQ(s.sample(logits, 2, {0}), 1);  // 2.0 / 2 = 1.0 < 1.5
+}
+
+TEST(Sampler, RejectsBadParameters) {
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.temperature = -1.0f;
+  EXPECT_THROW(p.validate(), Error);
+}
+
+TEST(KvCache, PagesFollowBlocksAndTruncateFreesThem) {
+  KvCacheShape shape;
+  shape.num_layers = 2;
+  shape.block_size = 4;
+  shape.kv_heads = 2;
+  shape.head_dim = 3;
+  shape.index_dim = 5;
+  shape.layer_has_index = {false, true};
+  KvCache c(shape);
+  c.ensure_capacity(9);  // 3 blocks
+  EXPECT_EQ(c.num_pages(), 3 * 2 + 3);
+  c.k(1, 6, 1)[2] = 7.0f;
+  EXPECT_EQ(c.k_block(1, 1, 1)[2 * 3 + 2], 7.0f);  // block 1, slot 2
+  c.index_k(1, 5)[4] = 3.0f;
+  EXPECT_EQ(c.index_k_block(1, 1)[1 * 5 + 4], 3.0f);
+  c.set_length(9);
+  c.truncate(4);
+  EXPECT_EQ(c.length(), 4);
+  EXPECT_EQ(c.num_pages(), 1 * 2 + 1);
+  EXPECT_THROW(c.set_length(9), Error);
+}

@@ -1,0 +1,88 @@
+// m3 generate: stream a completion of a prompt, then report prefill and decode speed.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "base/error.h"
+#include "commands.h"
+#include "read_ids.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+
+namespace m3::cli {
+
+void register_generate(CLI::App& app) {
+  struct Args {
+    std::string model, prompt, prompt_file;
+    int n = 64, threads = 0, chunk = 512;
+    bool special = false, ignore_eos = false;
+    SamplingParams s;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text from a prompt");
+  cmd->add_option("-m,--model", a->model, "Model folder")->required();
+  auto* g = cmd->add_option_group("prompt");
+  g->add_option("-p,--prompt", a->prompt, "Prompt text");
+  g->add_option("-f,--prompt-file", a->prompt_file, "Read the prompt from a file");
+  g->require_option(1);
+  cmd->add_option("-n,--max-tokens", a->n, "Tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--temp", a->s.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", a->s.top_k, "Top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", a->s.top_p, "Top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", a->s.min_p, "Min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", a->s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", a->s.seed, "Sampling seed")->capture_default_str();
+  cmd->add_flag("--special", a->special, "Parse special tokens in the prompt (e.g. ]~b]user)");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-turn token");
+  cmd->callback([a] {
+    a->s.validate();
+    auto engine = Engine::load(a->model, a->threads);
+    const std::string text = a->prompt_file.empty() ? a->prompt : read_text_file(a->prompt_file);
+    const std::vector<int32_t> prompt = engine->tokenizer->encode(text, a->special);
+    M3_CHECK(!prompt.empty(), "the prompt is empty");
+
+    GenerateOptions opt;
+    opt.max_new_tokens = a->n;
+    opt.prefill_chunk = a->chunk;
+    opt.sampling = a->s;
+    if (!a->ignore_eos)
+      if (auto eos = engine->tokenizer->token_id("[e~[")) opt.stop_tokens.push_back(*eos);
+
+    // Long prefills report progress on stderr: tokens done, tokens/s, ETA.
+    const bool show_progress = prompt.size() >= 8192;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto on_prefill = [&](int64_t done, int64_t total) {
+      if (!show_progress) return;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double rate = done / std::max(s, 1e-9);
+      std::fprintf(stderr, "\rprefill %lld/%lld tokens, %.1f tok/s, ETA %.0f s   ", (long long)done,
+                   (long long)total, rate, (total - done) / std::max(rate, 1e-9));
+      if (done == total) std::fprintf(stderr, "\n");
+    };
+
+    KvCache cache(engine->model->cache_shape());
+    StreamingDecoder decoder(*engine->tokenizer);
+    auto stats = generate(*engine->model, cache, prompt, opt, [&](int32_t id) {
+      if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), id) != opt.stop_tokens.end()) return true;
+      const std::string piece = decoder.push(id);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      return true;
+    }, on_prefill);
+    const std::string rest = decoder.flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::printf("\n");
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "prompt %lld tokens: prefill %.2f s, %.1f tok/s | generated %lld tokens: decode %.1f tok/s | "
+                 "threads %d | KV cache %.1f MiB%s\n",
+                 (long long)stats.prompt_tokens, stats.prefill_seconds, stats.prefill_tokens_per_second(),
+                 (long long)stats.generated_tokens, stats.decode_tokens_per_second(), engine->pool->size(),
+                 cache.bytes() / 1048576.0, stats.stopped_by_token ? " | stopped at end-of-turn" : "");
+  });
+}
+
+}  // namespace m3::cli

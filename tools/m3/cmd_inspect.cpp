@@ -1,0 +1,244 @@
+// m3 inspect PATH [--context N]: what a config describes, from the config alone: layer pattern,
+// parameter counts (total / text / vision / active), weight bytes, KV + index-K cache per token
+// and at a context length, and what MSA attends at that length. When PATH is a checkpoint folder
+// with safetensors files, the tensors on disk are counted and compared with the config.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/error.h"
+#include "commands.h"
+#include "io/model_config.h"
+#include "io/safetensors.h"
+
+namespace m3::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// 427040140160 -> "427,040,140,160"
+std::string commas(uint64_t v) {
+  std::string digits = std::to_string(v), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+// Binary units, the largest that keeps the number >= 1 (GiB for the real model, KiB for tiny ones).
+std::string gib(double bytes) {
+  static const char* const units[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024.0) bytes /= 1024.0, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+std::string bytes_text(uint64_t b) { return str_cat(commas(b), " bytes (", gib(double(b)), ")"); }
+
+std::string percent(double part, double whole) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g%%", whole > 0 ? 100.0 * part / whole : 0.0);
+  return buf;
+}
+
+// rope_theta 5000000 prints as "5,000,000", not "5e+06".
+std::string number(double v) {
+  if (v == std::floor(v) && v >= 0 && v < 1e15) return commas(uint64_t(v));
+  return str_cat(v);
+}
+
+// "0-2: dense attention + dense MLP (12288); 3-59: MSA + MoE" — runs of layers of one kind.
+std::string layer_pattern(const TextConfig& t) {
+  auto kind = [&](int l) {
+    std::string attn = t.is_sparse_layer(l) ? "MSA" : "dense attention";
+    std::string ffn = t.is_moe_layer(l) ? "MoE" : str_cat("dense MLP (", t.dense_intermediate_size, ")");
+    return attn + " + " + ffn;
+  };
+  std::string out;
+  for (int start = 0; start < t.num_hidden_layers;) {
+    int end = start;
+    while (end + 1 < t.num_hidden_layers && kind(end + 1) == kind(start)) ++end;
+    if (!out.empty()) out += "; ";
+    out += start == end ? str_cat(start) : str_cat(start, "-", end);
+    out += ": " + kind(start);
+    start = end + 1;
+  }
+  return out;
+}
+
+// Keys the query at position p attends in an MSA layer (spec §4.4): every earlier key while at
+// most topk blocks are visible, else topk-1 full ranked blocks plus its own (partial) block.
+uint64_t msa_keys(uint64_t p, uint64_t block, uint64_t topk) {
+  uint64_t visible_blocks = p / block + 1;
+  if (visible_blocks <= topk) return p + 1;
+  return (topk - 1) * block + (p % block + 1);
+}
+
+// Sum of msa_keys(p) over p < n, one block at a time (n can be 1M+).
+uint64_t msa_pairs(uint64_t n, uint64_t block, uint64_t topk) {
+  uint64_t sum = 0;
+  for (uint64_t start = 0; start < n; start += block) {
+    uint64_t len = std::min(block, n - start);  // queries in this block
+    uint64_t base = (start / block + 1 <= topk) ? start : (topk - 1) * block;
+    sum += len * base + len * (len + 1) / 2;
+  }
+  return sum;
+}
+
+void print_checkpoint(const std::string& dir, const ModelCounts& counts) {
+  const bool single = fs::exists(fs::path(dir) / "model.safetensors");
+  const bool sharded = fs::exists(fs::path(dir) / "model.safetensors.index.json");
+  if (!single && !sharded) {
+    std::printf("\ncheckpoint      no model.safetensors or model.safetensors.index.json in %s\n", dir.c_str());
+    return;
+  }
+  TensorStore store = TensorStore::open_dir(dir);
+  const uint64_t tensors = store.size(), bytes = store.total_bytes();
+  std::printf("\ncheckpoint      %s (%s)\n", dir.c_str(),
+              sharded ? "sharded, model.safetensors.index.json" : "model.safetensors");
+  std::printf("  tensors       %s (the config implies %s)%s\n", commas(tensors).c_str(),
+              commas(counts.tensor_count).c_str(), tensors == counts.tensor_count ? "" : "  MISMATCH");
+  std::printf("  tensor bytes  %s (the config implies %s)%s\n", bytes_text(bytes).c_str(),
+              commas(counts.weight_bytes).c_str(), bytes == counts.weight_bytes ? "" : "  MISMATCH");
+}
+
+void run_inspect(const std::string& path, int64_t context_arg) {
+  const bool is_dir = fs::is_directory(path);
+  const std::string config_path = is_dir ? (fs::path(path) / "config.json").string() : path;
+  const ModelConfig cfg = ModelConfig::from_file(config_path);
+  const ModelCounts n = count_model(cfg);
+  const TextConfig& t = cfg.text;
+  const SparseAttentionConfig& s = t.sparse;
+
+  int moe_layers = 0, msa_layers = 0;
+  for (int l = 0; l < t.num_hidden_layers; ++l) {
+    moe_layers += t.is_moe_layer(l);
+    msa_layers += t.is_sparse_layer(l);
+  }
+
+  std::printf("config          %s\n", config_path.c_str());
+  std::printf("model           %s%s%s, %s\n", cfg.model_type.empty() ? "(no model_type)" : cfg.model_type.c_str(),
+              cfg.architectures.empty() ? "" : " / ", cfg.architectures.empty() ? "" : cfg.architectures[0].c_str(),
+              cfg.torch_dtype.c_str());
+
+  std::printf("\ntext model\n");
+  std::printf("  layers        %d: %s\n", t.num_hidden_layers, layer_pattern(t).c_str());
+  std::printf("  hidden        %d, vocab %s, max positions %s\n", t.hidden_size, commas(t.vocab_size).c_str(),
+              commas(uint64_t(t.max_position_embeddings)).c_str());
+  std::printf("  attention     %d query heads / %d KV heads (%d per group), head_dim %d, per-head q/k RMSNorm\n",
+              t.num_attention_heads, t.num_key_value_heads, t.num_attention_heads / t.num_key_value_heads,
+              t.head_dim);
+  std::printf("  rope          theta %s, rotary dims %d of %d (NeoX halves), the rest pass through\n",
+              number(t.rope_theta).c_str(), t.rotary_dim, t.head_dim);
+  if (moe_layers > 0) {
+    std::printf("  MoE           %d layers: %d experts (width %d), top-%d, %s routing%s, scale %s",
+                moe_layers, t.num_local_experts, t.intermediate_size, t.num_experts_per_tok,
+                t.scoring_func.c_str(), t.use_routing_bias ? " + selection bias" : "",
+                str_cat(t.routed_scaling_factor).c_str());
+    if (t.n_shared_experts > 0)
+      std::printf(", %d shared expert (width %d)", t.n_shared_experts, t.shared_intermediate_size);
+    std::printf("\n");
+  }
+  std::printf("  FFN act       %s (alpha %s, limit %s)\n", t.hidden_act.c_str(), str_cat(t.swiglu_alpha).c_str(),
+              str_cat(t.swiglu_limit).c_str());
+  if (msa_layers > 0)
+    std::printf("  MSA           %d layers: blocks of %d tokens, top-%d blocks per query and KV group "
+                "(%d ranked + local), %d index heads x %d\n",
+                msa_layers, s.sparse_block_size, s.sparse_topk_blocks, s.sparse_topk_blocks - 1,
+                s.sparse_num_index_heads, s.sparse_index_dim);
+  else
+    std::printf("  MSA           none (dense causal attention in every layer)\n");
+  if (t.num_mtp_modules > 0)
+    std::printf("  MTP           config declares %d modules (not counted below: no mtp.* weights assumed)\n",
+                t.num_mtp_modules);
+
+  if (cfg.vision) {
+    const VisionConfig& v = *cfg.vision;
+    std::printf("\nvision tower    %d layers, hidden %d, %d heads x %d, MLP %d, patch %dx%d x %d frames, "
+                "%dx%d merge -> projector %d\n",
+                v.num_hidden_layers, v.hidden_size, v.num_attention_heads, v.head_dim(), v.intermediate_size,
+                v.patch_size, v.patch_size, v.temporal_patch_size, v.spatial_merge_size, v.spatial_merge_size,
+                cfg.projector_hidden_size);
+  } else {
+    std::printf("\nvision tower    none\n");
+  }
+
+  std::printf("\nparameters\n");
+  std::printf("  total         %s\n", commas(n.total_params).c_str());
+  std::printf("  text          %s (embedding %s, lm_head %s)\n", commas(n.text_params).c_str(),
+              commas(n.embedding_params).c_str(), commas(n.lm_head_params).c_str());
+  if (cfg.vision)
+    std::printf("  vision        %s (tower %s, projector + merger %s)\n", commas(n.vision_params).c_str(),
+                commas(n.vision_tower_params).c_str(), commas(n.projector_params).c_str());
+  std::printf("  active        %s per text token: text params less the %d unselected experts of each MoE "
+              "layer; includes the embedding table (%s without it)\n",
+              commas(n.active_params).c_str(), t.num_local_experts - t.num_experts_per_tok,
+              commas(n.active_params - n.embedding_params).c_str());
+  std::printf("  tensors       %s\n", commas(n.tensor_count).c_str());
+  std::printf("  weight bytes  %s: bf16, except fp32 router, routing bias and patch embedding (%s params)\n",
+              bytes_text(n.weight_bytes).c_str(), commas(n.fp32_params).c_str());
+
+  // Cache sizes. The default context is the longest the model was configured for.
+  const uint64_t ctx = context_arg > 0 ? uint64_t(context_arg) : uint64_t(t.max_position_embeddings);
+  const uint64_t layer_kv = 2ull * t.num_key_value_heads * t.head_dim * 2;  // K + V, bf16, one layer
+  std::printf("\ncache per token KV %s bytes (%d layers x K,V x %d heads x %d x bf16) + index K %s bytes "
+              "(%d MSA layers x %d x bf16) = %s bytes\n",
+              commas(n.kv_bytes_per_token).c_str(), t.num_hidden_layers, t.num_key_value_heads, t.head_dim,
+              commas(n.index_k_bytes_per_token).c_str(), msa_layers, s.sparse_index_dim,
+              commas(n.kv_bytes_per_token + n.index_k_bytes_per_token).c_str());
+  std::printf("context N       %s tokens%s%s\n", commas(ctx).c_str(),
+              context_arg > 0 ? "" : " (max_position_embeddings; set with --context)",
+              ctx > uint64_t(t.max_position_embeddings) ? "  (beyond max_position_embeddings)" : "");
+  std::printf("  cache at N    KV %s + index K %s = %s\n", gib(double(n.kv_bytes_per_token) * ctx).c_str(),
+              gib(double(n.index_k_bytes_per_token) * ctx).c_str(),
+              gib(double(n.kv_bytes_per_token + n.index_k_bytes_per_token) * ctx).c_str());
+
+  if (msa_layers > 0) {
+    const uint64_t B = uint64_t(s.sparse_block_size), K = uint64_t(s.sparse_topk_blocks);
+    const uint64_t last = ctx - 1;
+    const uint64_t visible = last / B + 1, selected = std::min(visible, K);
+    const uint64_t keys = msa_keys(last, B, K);
+    std::printf("\nMSA at N        the query at position %s sees %s blocks, selects %s -> attends %s of %s keys (%s)\n",
+                commas(last).c_str(), commas(visible).c_str(), commas(selected).c_str(), commas(keys).c_str(),
+                commas(ctx).c_str(), percent(double(keys), double(ctx)).c_str());
+    const uint64_t sparse_pairs = msa_pairs(ctx, B, K), dense_pairs = ctx * (ctx + 1) / 2;
+    std::printf("  prefill of N  %s query-key pairs per MSA layer and head vs %s dense causal (%s)\n",
+                commas(sparse_pairs).c_str(), commas(dense_pairs).c_str(),
+                percent(double(sparse_pairs), double(dense_pairs)).c_str());
+    // One decode step at depth N: dense layers read all of K/V; MSA layers scan every index key
+    // and then read only the selected keys' K/V (each KV group its own blocks, same count).
+    const uint64_t dense_layers = uint64_t(t.num_hidden_layers - msa_layers);
+    const uint64_t msa_read = dense_layers * ctx * layer_kv +
+                              uint64_t(msa_layers) * (ctx * uint64_t(s.sparse_index_dim) * 2 + keys * layer_kv);
+    const uint64_t all_dense_read = uint64_t(t.num_hidden_layers) * ctx * layer_kv;
+    std::printf("  decode at N   cache read per token %s (index K scan + selected K/V) vs %s if every layer "
+                "were dense (%s)\n",
+                gib(double(msa_read)).c_str(), gib(double(all_dense_read)).c_str(),
+                percent(double(msa_read), double(all_dense_read)).c_str());
+  }
+
+  if (is_dir) print_checkpoint(path, n);
+}
+
+}  // namespace
+
+void register_inspect(CLI::App& app) {
+  auto path = std::make_shared<std::string>();
+  auto context = std::make_shared<int64_t>(0);
+  CLI::App* cmd = app.add_subcommand(
+      "inspect", "Summarise a model: layers, parameters, weight and cache bytes, MSA at a context length");
+  cmd->add_option("path", *path, "Model folder (with config.json) or a config.json file")->required();
+  // Up to 2^32 so the pair counts below stay within 64 bits.
+  cmd->add_option("--context", *context, "Context length N for cache and MSA figures "
+                                         "(default: max_position_embeddings)")
+      ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
+  cmd->callback([path, context] { run_inspect(*path, *context); });
+}
+
+}  // namespace m3::cli

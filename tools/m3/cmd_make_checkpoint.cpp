@@ -1,0 +1,32 @@
+// m3 make-checkpoint: a random, seeded checkpoint in the real M3 layout.
+#include <cstdio>
+
+#include "commands.h"
+#include "model/random_checkpoint.h"
+
+namespace m3::cli {
+
+void register_make_checkpoint(CLI::App& app) {
+  auto opt = std::make_shared<RandomCheckpointOptions>();
+  auto block = std::make_shared<int>(0), topk = std::make_shared<int>(0), layers = std::make_shared<int>(0);
+  auto shard_mb = std::make_shared<double>(0.0);
+  CLI::App* cmd = app.add_subcommand("make-checkpoint", "Write a random checkpoint (config.json, tokenizer.json, safetensors)");
+  cmd->add_option("--preset", opt->preset, "tiny | small")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  cmd->add_option("--seed", opt->seed, "Random seed")->capture_default_str();
+  cmd->add_option("--out", opt->out_dir, "Output folder")->required();
+  cmd->add_option("--block-size", *block, "Override the MSA block size")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--topk", *topk, "Override the MSA top-k blocks")->check(CLI::Range(2, 1 << 20));
+  cmd->add_option("--layers", *layers, "Override the layer count (layer 0 dense, the rest MSA + MoE)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--shard-mb", *shard_mb, "Split into safetensors shards of at most this many MB");
+  cmd->callback([=] {
+    if (*block) opt->block_size = *block;
+    if (*topk) opt->topk = *topk;
+    if (*layers) opt->layers = *layers;
+    opt->max_shard_bytes = uint64_t(*shard_mb * 1e6);
+    make_random_checkpoint(*opt);
+    std::printf("wrote %s (preset %s, seed %llu)\n", opt->out_dir.c_str(), opt->preset.c_str(),
+                static_cast<unsigned long long>(opt->seed));
+  });
+}
+
+}  // namespace m3::cli
