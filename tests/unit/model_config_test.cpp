@@ -17,7 +17,7 @@ namespace {
 using nlohmann::json;
 
 std::string real_config_path() {
-  return std::string(M3_TEST_DATA_DIR) + "/../../configs/MiniMax-M3/config.json";
+  return std::string(M3_SOURCE_DIR) + "/configs/MiniMax-M3/config.json";
 }
 
 json real_json() {
