@@ -1,5 +1,7 @@
 #include "runtime/kv_cache.h"
 
+#include <algorithm>
+
 #include "base/error.h"
 
 namespace m3 {
@@ -52,11 +54,14 @@ uint64_t KvCache::bytes() const {
   return b;
 }
 
-float* KvCache::slot(int layer, int64_t pos, int kv_head, int which) {
-  const int64_t block = pos / shape_.block_size, s = pos % shape_.block_size;
+void KvCache::write_kv(int layer, int64_t pos, int kv_head, const float* k, const float* v) {
+  const int64_t block = pos / shape_.block_size;
+  const int s = int(pos % shape_.block_size), B = shape_.block_size, hd = shape_.head_dim;
   float* page = kv_pages_[size_t(layer)][size_t(block)].get();
-  const size_t half = size_t(shape_.kv_heads) * shape_.block_size * shape_.head_dim;
-  return page + which * half + (size_t(kv_head) * shape_.block_size + size_t(s)) * shape_.head_dim;
+  float* kt = page + size_t(kv_head) * B * hd;                                 // [hd][B]
+  float* vs = page + size_t(shape_.kv_heads) * B * hd + (size_t(kv_head) * B + s) * hd;  // [B][hd] row s
+  for (int d = 0; d < hd; ++d) kt[size_t(d) * B + s] = k[d];
+  std::copy_n(v, hd, vs);
 }
 
 const float* KvCache::block_ptr(int layer, int64_t block, int kv_head, int which) const {
@@ -65,13 +70,14 @@ const float* KvCache::block_ptr(int layer, int64_t block, int kv_head, int which
   return page + which * half + size_t(kv_head) * shape_.block_size * shape_.head_dim;
 }
 
-float* KvCache::index_k(int layer, int64_t pos) {
-  const int64_t block = pos / shape_.block_size, s = pos % shape_.block_size;
-  return index_pages_[size_t(layer)][size_t(block)].get() + size_t(s) * shape_.index_dim;
+void KvCache::write_index_k(int layer, int64_t pos, const float* ik) {
+  const int64_t block = pos / shape_.block_size;
+  const int s = int(pos % shape_.block_size), B = shape_.block_size;
+  float* page = index_pages_[size_t(layer)][size_t(block)].get();
+  for (int d = 0; d < shape_.index_dim; ++d) page[size_t(d) * B + s] = ik[d];
 }
 
-const float* KvCache::index_k_block(int layer, int64_t block) const {
+const float* KvCache::index_k_block_t(int layer, int64_t block) const {
   return index_pages_[size_t(layer)][size_t(block)].get();
 }
-
 }  // namespace m3

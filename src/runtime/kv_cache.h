@@ -1,7 +1,9 @@
 #pragma once
 // The per-sequence cache, paged by MSA block: one page holds the K and V of one block_size-token
-// block of one layer (layout K[kv_head][slot][head_dim] then V likewise), so a selected block is one
-// contiguous page. MSA layers also keep an index-K page per block: [slot][index_dim].
+// block of one layer, so a selected block is one contiguous page. Within a page, K is stored
+// transposed per KV head, K[kv_head][dim][slot], so the attention kernels load one dimension of 16
+// consecutive keys as a vector; V is natural, V[kv_head][slot][dim]. MSA layers also keep an
+// index-K page per block, transposed the same way: [index_dim][slot].
 // Values are fp32: the engine's activations are fp32 end to end (see docs/ARCHITECTURE.md).
 #include <cstdint>
 #include <memory>
@@ -30,17 +32,17 @@ class KvCache {
   int64_t num_pages() const;
   uint64_t bytes() const;
 
-  float* k(int layer, int64_t pos, int kv_head) { return slot(layer, pos, kv_head, 0); }
-  float* v(int layer, int64_t pos, int kv_head) { return slot(layer, pos, kv_head, 1); }
-  float* index_k(int layer, int64_t pos);
-  // Contiguous [block_size, head_dim] keys / values of one block and KV head.
-  const float* k_block(int layer, int64_t block, int kv_head) const { return block_ptr(layer, block, kv_head, 0); }
+  // Stores the key and value (head_dim each) of one token and KV head.
+  void write_kv(int layer, int64_t pos, int kv_head, const float* k, const float* v);
+  void write_index_k(int layer, int64_t pos, const float* ik);  // (index_dim)
+  // Keys of one block and KV head, transposed: [head_dim][block_size].
+  const float* k_block_t(int layer, int64_t block, int kv_head) const { return block_ptr(layer, block, kv_head, 0); }
+  // Values of one block and KV head: [block_size][head_dim].
   const float* v_block(int layer, int64_t block, int kv_head) const { return block_ptr(layer, block, kv_head, 1); }
-  // Contiguous [block_size, index_dim] index keys of one block.
-  const float* index_k_block(int layer, int64_t block) const;
+  // Index keys of one block, transposed: [index_dim][block_size].
+  const float* index_k_block_t(int layer, int64_t block) const;
 
  private:
-  float* slot(int layer, int64_t pos, int kv_head, int which);
   const float* block_ptr(int layer, int64_t block, int kv_head, int which) const;
   size_t kv_page_floats() const { return size_t(2) * shape_.kv_heads * shape_.block_size * shape_.head_dim; }
   size_t index_page_floats() const { return size_t(shape_.block_size) * shape_.index_dim; }

@@ -7,7 +7,8 @@
 #include <set>
 #include <vector>
 
-#include "attention/block_attention.h"
+#include "attention/attention_kernels.h"
+#include "attention/msa_attention.h"
 #include "attention/msa_select.h"
 
 using namespace m3;
@@ -70,56 +71,211 @@ TEST(MsaSelect, FastMatchesReferenceOnRandomScoresWithTies) {
   }
 }
 
-TEST(MsaBlockScores, MaxOverEachBlock) {
-  std::mt19937 rng(8);
+namespace {
+
+std::vector<float> randn(std::mt19937& rng, size_t n) {
   std::normal_distribution<float> d;
-  const int B = 5, dim = 7;
-  const int64_t L = 4;
-  std::vector<float> q(dim), keys(size_t(L * B * dim));
-  for (float& x : q) x = d(rng);
-  for (float& x : keys) x = d(rng);
-  std::vector<float> out(static_cast<size_t>(L));
-  msa_block_scores(q.data(), dim, B, L, 0.5f, [&](int64_t b) { return keys.data() + b * B * dim; }, out.data());
-  for (int64_t b = 0; b < L; ++b) {
-    double best = -1e30;
-    for (int t = 0; t < B; ++t) {
-      double s = 0;
-      for (int i = 0; i < dim; ++i) s += double(q[i]) * keys[size_t((b * B + t) * dim + i)];
-      best = std::max(best, s * 0.5);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+}  // namespace
+
+TEST(AttentionKernels, ScoresAndBlockMaxMatchDotProducts) {
+  std::mt19937 rng(10);
+  for (int dim : {16, 32, 128, 7})
+    for (int n_keys : {1, 15, 16, 17, 64, 100, 128})
+      for (int nq : {1, 3, 4, 9}) {
+        const int stride = 128;
+        auto q = randn(rng, size_t(nq * dim));
+        auto kT = randn(rng, size_t(dim * stride));
+        std::vector<float> S(size_t(nq * stride)), mx(static_cast<size_t>(nq));
+        qk_scores(q.data(), nq, dim, kT.data(), stride, n_keys, S.data(), stride);
+        qk_block_max(q.data(), nq, dim, kT.data(), stride, n_keys, mx.data());
+        for (int i = 0; i < nq; ++i) {
+          double best = -1e300;
+          for (int t = 0; t < n_keys; ++t) {
+            double s = 0;
+            for (int d = 0; d < dim; ++d) s += double(q[size_t(i * dim + d)]) * kT[size_t(d * stride + t)];
+            EXPECT_NEAR(S[size_t(i * stride + t)], s, 1e-4 * (1 + std::fabs(s)));
+            best = std::max(best, s);
+          }
+          EXPECT_NEAR(mx[size_t(i)], best, 1e-4 * (1 + std::fabs(best)));
+        }
+      }
+}
+
+TEST(AttentionKernels, OnlineSoftmaxOverBlocksEqualsOneSoftmax) {
+  std::mt19937 rng(11);
+  for (int hd : {16, 32, 128, 12}) {
+    const int heads = 5, B = 48;
+    const std::vector<int> block_keys = {48, 48, 17};  // last block cut by causality
+    int total = 0;
+    for (int n : block_keys) total += n;
+    auto s_all = randn(rng, size_t(heads * total));
+    auto v_all = randn(rng, size_t(total * hd));
+    std::vector<float> o(size_t(heads * hd), 0.0f), m(heads, -INFINITY), l(heads, 0.0f), S(size_t(heads * B));
+    int off = 0;
+    for (int n : block_keys) {
+      for (int h = 0; h < heads; ++h)
+        for (int t = 0; t < n; ++t) S[size_t(h * B + t)] = s_all[size_t(h * total + off + t)];
+      softmax_block_update(S.data(), heads, B, n, m.data(), l.data(), o.data(), hd);
+      pv_accumulate(S.data(), heads, B, n, v_all.data() + size_t(off) * hd, hd, o.data());
+      off += n;
     }
-    EXPECT_NEAR(out[size_t(b)], best, 1e-5);
+    for (int h = 0; h < heads; ++h) {
+      double mx = -1e300, sum = 0;
+      for (int t = 0; t < total; ++t) mx = std::max(mx, double(s_all[size_t(h * total + t)]));
+      std::vector<double> w(static_cast<size_t>(total));
+      for (int t = 0; t < total; ++t) sum += w[size_t(t)] = std::exp(s_all[size_t(h * total + t)] - mx);
+      for (int d = 0; d < hd; ++d) {
+        double ref = 0;
+        for (int t = 0; t < total; ++t) ref += w[size_t(t)] / sum * v_all[size_t(t * hd + d)];
+        EXPECT_NEAR(o[size_t(h * hd + d)] / l[size_t(h)], ref, 2e-5) << "hd " << hd;
+      }
+    }
   }
 }
 
-TEST(BlockAttention, EqualsSoftmaxOverSelectedCausalKeys) {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> d;
-  const int B = 4, hd = 6, nblocks = 6;
-  std::vector<float> k(size_t(nblocks * B * hd)), v(k.size()), q(hd);
-  for (float& x : k) x = d(rng);
-  for (float& x : v) x = d(rng);
-  for (float& x : q) x = d(rng);
-  const int64_t pos = 21;  // local block 5, slot 1: keys 20 and 21 visible in it
-  const std::vector<int32_t> blocks = {1, 3, 5};
-  std::vector<float> out(hd), scratch(B);
-  attend_blocks(q.data(), hd, B, pos, blocks, 0.4f, [&](int32_t b) { return k.data() + b * B * hd; },
-                [&](int32_t b) { return v.data() + b * B * hd; }, scratch.data(), out.data());
-  std::vector<int> keys;
-  for (int b : blocks)
-    for (int t = b * B; t < (b + 1) * B; ++t)
-      if (t <= pos) keys.push_back(t);
-  std::vector<double> w;
-  double mx = -1e30, sum = 0;
-  for (int t : keys) {
-    double s = 0;
-    for (int i = 0; i < hd; ++i) s += double(q[i]) * k[size_t(t * hd + i)];
-    w.push_back(s * 0.4);
-    mx = std::max(mx, s * 0.4);
+namespace {
+
+// The whole attention of a run of rows against a naive double-precision model of spec §4:
+// token scores, block max, stable top-(k-1) + local, softmax over the selected causal keys.
+struct NaiveCase {
+  int block = 16, topk = 4, q_heads = 4, kv_heads = 2, head_dim = 32, index_dim = 32;
+  int64_t context = 0;  // tokens before the run
+  int64_t rows = 1;
+};
+
+double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t T = c.context + c.rows;
+  KvCacheShape shape;
+  shape.num_layers = 1;
+  shape.block_size = c.block;
+  shape.kv_heads = c.kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.index_dim = c.index_dim;
+  shape.layer_has_index = {true};
+  KvCache cache(shape);
+  cache.ensure_capacity(T);
+  auto K = randn(rng, size_t(T * c.kv_heads * c.head_dim));
+  auto V = randn(rng, size_t(T * c.kv_heads * c.head_dim));
+  auto IK = randn(rng, size_t(T * c.index_dim));
+  // Quantise index keys onto a coarse grid so that exact ties between blocks occur.
+  for (float& x : IK) x = std::round(x * 2.0f) / 2.0f;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int g = 0; g < c.kv_heads; ++g)
+      cache.write_kv(0, t, g, K.data() + (t * c.kv_heads + g) * c.head_dim, V.data() + (t * c.kv_heads + g) * c.head_dim);
+    cache.write_index_k(0, t, IK.data() + t * c.index_dim);
   }
-  for (double& x : w) sum += x = std::exp(x - mx);
-  for (int i = 0; i < hd; ++i) {
-    double o = 0;
-    for (size_t j = 0; j < keys.size(); ++j) o += w[j] / sum * v[size_t(keys[j] * hd + i)];
-    EXPECT_NEAR(out[i], o, 1e-5);
+  cache.set_length(T);
+  auto Q = randn(rng, size_t(c.rows * c.q_heads * c.head_dim));
+  auto IQ = randn(rng, size_t(c.rows * c.kv_heads * c.index_dim));
+  for (float& x : IQ) x = std::round(x * 2.0f) / 2.0f;
+
+  AttentionRun run;
+  run.q = Q.data();
+  run.iq = IQ.data();
+  run.first_pos = c.context;
+  run.rows = c.rows;
+  run.q_heads = c.q_heads;
+  run.kv_heads = c.kv_heads;
+  run.head_dim = c.head_dim;
+  run.index_dim = c.index_dim;
+  run.topk = c.topk;
+  ThreadPool pool(threads);
+  BlockSelection sel;
+  if (sparse) msa_select_run(pool, cache, 0, run, sel);
+  std::vector<float> out(size_t(c.rows * c.q_heads * c.head_dim));
+  attention_run(pool, cache, 0, run, sparse ? &sel : nullptr, out.data());
+
+  double worst = 0;
+  const int Hg = c.q_heads / c.kv_heads;
+  for (int64_t r = 0; r < c.rows; ++r) {
+    const int64_t p = c.context + r, L = p / c.block;
+    for (int g = 0; g < c.kv_heads; ++g) {
+      std::vector<int32_t> blocks;
+      if (!sparse || L + 1 <= c.topk) {
+        for (int32_t b = 0; b <= L; ++b) blocks.push_back(b);
+      } else {
+        std::vector<std::pair<double, int32_t>> bs;
+        for (int32_t b = 0; b < L; ++b) {
+          double best = -1e300;
+          for (int64_t t = int64_t(b) * c.block; t < int64_t(b + 1) * c.block; ++t) {
+            double s = 0;
+            for (int d = 0; d < c.index_dim; ++d)
+              s += double(IQ[size_t((r * c.kv_heads + g) * c.index_dim + d)]) * IK[size_t(t * c.index_dim + d)];
+            best = std::max(best, s);
+          }
+          bs.push_back({-best, b});
+        }
+        std::stable_sort(bs.begin(), bs.end(), [](auto& a, auto& b) { return a.first < b.first; });
+        for (int i = 0; i < c.topk - 1; ++i) blocks.push_back(bs[size_t(i)].second);
+        std::sort(blocks.begin(), blocks.end());
+        blocks.push_back(int32_t(L));
+        std::vector<int32_t> got(sel.blocks.begin() + (r * c.kv_heads + g) * c.topk,
+                                 sel.blocks.begin() + (r * c.kv_heads + g) * c.topk + sel.count[size_t(r * c.kv_heads + g)]);
+        EXPECT_EQ(got, blocks) << "row " << r << " group " << g;
+      }
+      for (int hh = 0; hh < Hg; ++hh) {
+        const int h = g * Hg + hh;
+        std::vector<int64_t> keys;
+        for (int32_t b : blocks)
+          for (int64_t t = int64_t(b) * c.block; t < int64_t(b + 1) * c.block && t <= p; ++t) keys.push_back(t);
+        std::vector<double> w;
+        double mx = -1e300, sum = 0;
+        for (int64_t t : keys) {
+          double s = 0;
+          for (int d = 0; d < c.head_dim; ++d)
+            s += double(Q[size_t((r * c.q_heads + h) * c.head_dim + d)]) * K[size_t((t * c.kv_heads + g) * c.head_dim + d)];
+          w.push_back(s / std::sqrt(double(c.head_dim)));
+          mx = std::max(mx, w.back());
+        }
+        for (double& x : w) sum += x = std::exp(x - mx);
+        for (int d = 0; d < c.head_dim; ++d) {
+          double ref = 0;
+          for (size_t j = 0; j < keys.size(); ++j) ref += w[j] / sum * V[size_t((keys[j] * c.kv_heads + g) * c.head_dim + d)];
+          worst = std::max(worst, std::fabs(ref - out[size_t((r * c.q_heads + h) * c.head_dim + d)]));
+        }
+      }
+    }
   }
+  return worst;
+}
+
+}  // namespace
+
+TEST(MsaAttention, MatchesNaiveSpecAcrossShapes) {
+  // Lengths not a multiple of the block, fewer than top-k blocks, exactly k and k+1 blocks,
+  // chunks that start inside a block, one and several threads, head_dim not a multiple of 16.
+  struct Shape { int64_t context, rows; };
+  const Shape shapes[] = {{0, 1}, {0, 37}, {0, 64}, {48, 16}, {63, 2}, {64, 1}, {65, 30}, {150, 57}, {300, 1}};
+  uint32_t seed = 100;
+  for (int threads : {1, 3})
+    for (const Shape& s : shapes)
+      for (bool sparse : {true, false}) {
+        NaiveCase c;
+        c.context = s.context;
+        c.rows = s.rows;
+        EXPECT_LT(run_case(c, sparse, threads, seed++), 2e-5) << "context " << s.context << " rows " << s.rows;
+      }
+  NaiveCase m3shape;  // 16 query heads per group, head_dim 128, top-16 of 128-token blocks, 17+ blocks
+  m3shape.block = 128;
+  m3shape.topk = 16;
+  m3shape.q_heads = 32;
+  m3shape.kv_heads = 2;
+  m3shape.head_dim = 128;
+  m3shape.index_dim = 128;
+  m3shape.context = 16 * 128 + 50;
+  m3shape.rows = 3;
+  EXPECT_LT(run_case(m3shape, true, 2, 7), 2e-5);
+  NaiveCase odd;
+  odd.head_dim = 24;
+  odd.index_dim = 20;
+  odd.block = 10;
+  odd.context = 95;
+  odd.rows = 11;
+  EXPECT_LT(run_case(odd, true, 2, 8), 2e-5);
 }

@@ -1,0 +1,96 @@
+#include "attention/attention_kernels.h"
+#include "attention/attention_kernels_impl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+namespace m3 {
+
+namespace {
+
+// ---------------------------------------------------------------- plain paths
+
+void qk_scores_generic(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld) {
+  for (int i = 0; i < nq; ++i) {
+    float* s = S + int64_t(i) * ld;
+    for (int t = 0; t < n_keys; ++t) s[t] = 0.0f;
+    for (int d = 0; d < dim; ++d) {
+      const float qd = q[int64_t(i) * dim + d];
+      const float* k = kT + int64_t(d) * kt_stride;
+      for (int t = 0; t < n_keys; ++t) s[t] += qd * k[t];
+    }
+  }
+}
+
+void softmax_update_generic(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
+  for (int h = 0; h < heads; ++h) {
+    float* s = S + int64_t(h) * ld;
+    float mx = m[h];
+    for (int t = 0; t < n_keys; ++t) mx = std::max(mx, s[t]);
+    const float corr = std::exp(m[h] - mx);  // m = -inf on the first block: corr = 0
+    float sum = 0.0f;
+    for (int t = 0; t < n_keys; ++t) sum += s[t] = std::exp(s[t] - mx);
+    l[h] = l[h] * corr + sum;
+    m[h] = mx;
+    for (int d = 0; d < hd; ++d) o[int64_t(h) * hd + d] *= corr;
+  }
+}
+
+void pv_generic(const float* P, int heads, int ld, int n_keys, const float* v, int hd, float* o) {
+  for (int h = 0; h < heads; ++h)
+    for (int t = 0; t < n_keys; ++t) {
+      const float p = P[int64_t(h) * ld + t];
+      const float* vt = v + int64_t(t) * hd;
+      float* oh = o + int64_t(h) * hd;
+      for (int d = 0; d < hd; ++d) oh[d] += p * vt[d];
+    }
+}
+
+bool use_avx512() {
+  static const bool on = [] {
+    const char* force = std::getenv("M3_CPU");
+    if (force && std::strcmp(force, "avx512") != 0) return false;
+    return bool(__builtin_cpu_supports("avx512f"));
+  }();
+  return on;
+}
+
+}  // namespace
+
+const char* attention_kernel_name() { return use_avx512() ? "avx512" : "generic"; }
+
+void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld) {
+  if (use_avx512()) avx512::qk_scores(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+  else qk_scores_generic(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+}
+
+void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out) {
+  if (use_avx512()) {
+    avx512::qk_block_max(q, nq, dim, kT, kt_stride, n_keys, out);
+    return;
+  }
+  float s[256];
+  for (int i = 0; i < nq; ++i) {
+    float best = -INFINITY;
+    for (int t0 = 0; t0 < n_keys; t0 += 256) {
+      const int n = std::min(256, n_keys - t0);
+      qk_scores_generic(q + int64_t(i) * dim, 1, dim, kT + t0, kt_stride, n, s, 256);
+      for (int t = 0; t < n; ++t) best = std::max(best, s[t]);
+    }
+    out[i] = best;
+  }
+}
+
+void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
+  if (use_avx512() && head_dim % 16 == 0) avx512::softmax_block_update(S, heads, ld, n_keys, m, l, o, head_dim);
+  else softmax_update_generic(S, heads, ld, n_keys, m, l, o, head_dim);
+}
+
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o) {
+  if (use_avx512() && head_dim % 16 == 0) avx512::pv_accumulate(P, heads, ld, n_keys, v, head_dim, o);
+  else pv_generic(P, heads, ld, n_keys, v, head_dim, o);
+}
+
+}  // namespace m3

@@ -1,0 +1,28 @@
+#pragma once
+// The inner loops of MSA and dense attention over one KV block, with K stored transposed per block
+// ([dim][block_size], so a vector holds one dimension of 16 consecutive keys) and V natural
+// ([block_size][head_dim]). Each op has an AVX-512 path (dims multiple of 16) chosen at run time
+// and a plain path; tests compare both against naive formulas.
+#include <cstdint>
+
+namespace m3 {
+
+// S[i][t] = q[i] · kT[:, t] for i < nq, t < n_keys; S row stride ld (>= n_keys).
+// q (nq, dim), kT (dim, kt_stride)
+void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld);
+
+// out[i] = max_t<n_keys S[i][t], computed without storing S (index branch block max).
+void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out);
+
+// Online softmax step for `heads` rows of scores over n_keys keys: updates the running max m and
+// denominator l, rescales the accumulators o (heads, head_dim), and turns S into weights
+// P = exp(S - m_new) in place. S (heads, ld)
+void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim);
+
+// o[h] += Σ_t P[h][t] · v[t] for t < n_keys. P (heads, ld), v (n_keys, head_dim), o (heads, head_dim)
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o);
+
+// Which implementation runs ("avx512" or "generic"); M3_CPU=generic forces the plain path.
+const char* attention_kernel_name();
+
+}  // namespace m3

@@ -1,0 +1,174 @@
+// AVX-512 attention inner loops. The whole file is compiled for AVX-512 (pragma below) and only
+// called after a run-time CPU check. Everything here has internal linkage and uses no std::
+// templates, so no AVX-512 copy of a shared inline function can leak into the generic code.
+#pragma GCC target("avx512f")
+// GCC 12 flags its own _mm512_undefined_* helpers; nothing here reads an uninitialised value.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "attention/attention_kernels_impl.h"
+
+namespace m3::avx512 {
+
+namespace {
+
+inline __mmask16 tail_mask(int n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
+// exp(x) for x <= 0 (softmax weights): 2^(x·log2e) by range reduction, degree-6 polynomial for
+// 2^f on [-0.5, 0.5]; relative error ~2e-7, and exactly 0 for -inf.
+inline __m512 exp_ps(__m512 x) {
+  const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));  // below this exp underflows to 0 anyway
+  const __m512 t = _mm512_mul_ps(x, log2e);
+  const __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // f = t - n, computed as x·log2e - n with the product split to keep precision.
+  const __m512 f = _mm512_sub_ps(t, n);
+  __m512 p = _mm512_set1_ps(1.5403530393381606e-4f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146428443e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076284772e-3f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108664821580e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650695910071e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718055994531e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// Scores of up to 4 queries against 16·V keys starting at key t0 (V vectors, last one masked).
+template <int Q, int V>
+inline void qk_tile(const float* q, int dim, const float* kT, int kt_stride, int t0, __mmask16 last,
+                              __m512 acc[Q][V]) {
+  for (int i = 0; i < Q; ++i)
+    for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
+  for (int d = 0; d < dim; ++d) {
+    const float* k = kT + int64_t(d) * kt_stride + t0;
+    __m512 kv[V];
+    for (int j = 0; j < V; ++j) kv[j] = j == V - 1 ? _mm512_maskz_loadu_ps(last, k + 16 * j) : _mm512_loadu_ps(k + 16 * j);
+    for (int i = 0; i < Q; ++i) {
+      const __m512 qb = _mm512_set1_ps(q[int64_t(i) * dim + d]);
+      for (int j = 0; j < V; ++j) acc[i][j] = _mm512_fmadd_ps(qb, kv[j], acc[i][j]);
+    }
+  }
+}
+
+// Runs fn(acc tile) over all (query tile, key tile) pairs with 4 queries × 4 key vectors where possible.
+template <typename Store>
+void qk_for_tiles(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, Store store) {
+  auto keys = [&](auto qtag, const float* qi, int i0) {
+    constexpr int Q = decltype(qtag)::value;
+    int t0 = 0;
+    for (; t0 + 64 <= n_keys; t0 += 64) {
+      __m512 acc[Q][4];
+      qk_tile<Q, 4>(qi, dim, kT, kt_stride, t0, 0xffff, acc);
+      for (int j = 0; j < 4; ++j) store(i0, Q, t0 + 16 * j, 0xffff, [&](int i) { return acc[i][j]; });
+    }
+    for (; t0 < n_keys; t0 += 16) {
+      const __mmask16 m = tail_mask(n_keys - t0);
+      __m512 acc[Q][1];
+      qk_tile<Q, 1>(qi, dim, kT, kt_stride, t0, m, acc);
+      store(i0, Q, t0, m, [&](int i) { return acc[i][0]; });
+    }
+  };
+  int i0 = 0;
+  for (; i0 + 4 <= nq; i0 += 4) keys(std::integral_constant<int, 4>{}, q + int64_t(i0) * dim, i0);
+  for (; i0 < nq; ++i0) keys(std::integral_constant<int, 1>{}, q + int64_t(i0) * dim, i0);
+}
+
+void qk_scores_avx512(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S,
+                                int ld) {
+  qk_for_tiles(q, nq, dim, kT, kt_stride, n_keys, [&](int i0, int Q, int t, __mmask16 m, auto get) {
+    for (int i = 0; i < Q; ++i) _mm512_mask_storeu_ps(S + int64_t(i0 + i) * ld + t, m, get(i));
+  });
+}
+
+void qk_block_max_avx512(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys,
+                                   float* out) {
+  // Running per-query maxima as vectors, reduced once at the end.
+  for (int i0 = 0; i0 < nq; i0 += 64) {
+    const int nb = (nq - i0 < 64 ? nq - i0 : 64);
+    __m512 best[64];
+    for (int i = 0; i < nb; ++i) best[i] = _mm512_set1_ps(-INFINITY);
+    qk_for_tiles(q + int64_t(i0) * dim, nb, dim, kT, kt_stride, n_keys, [&](int a, int Q, int, __mmask16 m, auto get) {
+      for (int i = 0; i < Q; ++i) best[a + i] = _mm512_mask_max_ps(best[a + i], m, best[a + i], get(i));
+    });
+    for (int i = 0; i < nb; ++i) out[i0 + i] = _mm512_reduce_max_ps(best[i]);
+  }
+}
+
+void softmax_update_avx512(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
+  for (int h = 0; h < heads; ++h) {
+    float* s = S + int64_t(h) * ld;
+    __m512 vmax = _mm512_set1_ps(m[h]);
+    for (int t = 0; t < n_keys; t += 16) {
+      const __mmask16 k = tail_mask(n_keys - t);
+      vmax = _mm512_mask_max_ps(vmax, k, vmax, _mm512_maskz_loadu_ps(k, s + t));
+    }
+    const float mx = _mm512_reduce_max_ps(vmax);
+    const float corr = std::exp(m[h] - mx);
+    const __m512 vm = _mm512_set1_ps(mx);
+    __m512 vsum = _mm512_setzero_ps();
+    for (int t = 0; t < n_keys; t += 16) {
+      const __mmask16 k = tail_mask(n_keys - t);
+      const __m512 p = exp_ps(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, s + t), vm));
+      _mm512_mask_storeu_ps(s + t, k, p);
+      vsum = _mm512_mask_add_ps(vsum, k, vsum, p);
+    }
+    l[h] = l[h] * corr + _mm512_reduce_add_ps(vsum);
+    m[h] = mx;
+    const __m512 vc = _mm512_set1_ps(corr);
+    float* oh = o + int64_t(h) * hd;
+    for (int d = 0; d < hd; d += 16) _mm512_storeu_ps(oh + d, _mm512_mul_ps(_mm512_loadu_ps(oh + d), vc));
+  }
+}
+
+// o tile of H heads × 16·V dims += P · v
+template <int H, int V>
+inline void pv_tile(const float* P, int ld, int n_keys, const float* v, int hd, int d0, float* o) {
+  __m512 acc[H][V];
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < V; ++j) acc[h][j] = _mm512_loadu_ps(o + int64_t(h) * hd + d0 + 16 * j);
+  for (int t = 0; t < n_keys; ++t) {
+    __m512 vv[V];
+    for (int j = 0; j < V; ++j) vv[j] = _mm512_loadu_ps(v + int64_t(t) * hd + d0 + 16 * j);
+    for (int h = 0; h < H; ++h) {
+      const __m512 p = _mm512_set1_ps(P[int64_t(h) * ld + t]);
+      for (int j = 0; j < V; ++j) acc[h][j] = _mm512_fmadd_ps(p, vv[j], acc[h][j]);
+    }
+  }
+  for (int h = 0; h < H; ++h)
+    for (int j = 0; j < V; ++j) _mm512_storeu_ps(o + int64_t(h) * hd + d0 + 16 * j, acc[h][j]);
+}
+
+void pv_avx512(const float* P, int heads, int ld, int n_keys, const float* v, int hd, float* o) {
+  int h = 0;
+  for (; h + 4 <= heads; h += 4) {
+    int d = 0;
+    for (; d + 64 <= hd; d += 64) pv_tile<4, 4>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
+    for (; d < hd; d += 16) pv_tile<4, 1>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
+  }
+  for (; h < heads; ++h) {
+    int d = 0;
+    for (; d + 64 <= hd; d += 64) pv_tile<1, 4>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
+    for (; d < hd; d += 16) pv_tile<1, 1>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
+  }
+}
+
+}  // namespace
+
+void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld) {
+  qk_scores_avx512(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+}
+void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out) {
+  qk_block_max_avx512(q, nq, dim, kT, kt_stride, n_keys, out);
+}
+void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
+  softmax_update_avx512(S, heads, ld, n_keys, m, l, o, head_dim);
+}
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o) {
+  pv_avx512(P, heads, ld, n_keys, v, head_dim, o);
+}
+
+}  // namespace m3::avx512
