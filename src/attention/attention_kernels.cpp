@@ -1,10 +1,9 @@
 #include "attention/attention_kernels.h"
 #include "attention/attention_kernels_impl.h"
+#include "kernels/cpu_features.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 namespace m3 {
 
@@ -48,14 +47,7 @@ void pv_generic(const float* P, int heads, int ld, int n_keys, const float* v, i
     }
 }
 
-bool use_avx512() {
-  static const bool on = [] {
-    const char* force = std::getenv("M3_CPU");
-    if (force && std::strcmp(force, "avx512") != 0) return false;
-    return bool(__builtin_cpu_supports("avx512f"));
-  }();
-  return on;
-}
+bool use_avx512() { return cpu_active_path() == CpuPath::Avx512; }
 
 }  // namespace
 

@@ -38,9 +38,12 @@ inline __m512 exp_ps(__m512 x) {
 }
 
 // Scores of up to 4 queries against 16·V keys starting at key t0 (V vectors, last one masked).
+// The accumulators are locals until the end: __m512 is a may_alias type, so accumulating straight
+// into the caller's array would force a load and store around every FMA.
 template <int Q, int V>
 inline void qk_tile(const float* q, int dim, const float* kT, int kt_stride, int t0, __mmask16 last,
-                              __m512 acc[Q][V]) {
+                    __m512 out[Q][V]) {
+  __m512 acc[Q][V];
   for (int i = 0; i < Q; ++i)
     for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int d = 0; d < dim; ++d) {
@@ -52,6 +55,8 @@ inline void qk_tile(const float* q, int dim, const float* kT, int kt_stride, int
       for (int j = 0; j < V; ++j) acc[i][j] = _mm512_fmadd_ps(qb, kv[j], acc[i][j]);
     }
   }
+  for (int i = 0; i < Q; ++i)
+    for (int j = 0; j < V; ++j) out[i][j] = acc[i][j];
 }
 
 // Runs fn(acc tile) over all (query tile, key tile) pairs with 4 queries × 4 key vectors where possible.

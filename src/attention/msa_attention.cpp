@@ -65,31 +65,59 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
+  // Rows are processed in tiles per KV group, walking the union of the tile's blocks in ascending
+  // order: a K/V block is loaded once for every row and query head of the tile that uses it. Each
+  // row still sees its own blocks in ascending order, so its result does not depend on the tile
+  // (decode, chunked and one-shot prefill give the same bits).
+  constexpr int64_t kTileRows = 8;
+  const int64_t tiles = (run.rows + kTileRows - 1) / kTileRows;
 
-  // One task per (row, group): the group's query heads share its blocks, so each K/V block is
-  // loaded once for all of them.
-  pool.parallel_for(run.rows * G, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(size_t(Hg * hd)), S(size_t(Hg * B)), m(static_cast<size_t>(Hg)), l(static_cast<size_t>(Hg));
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t r = t / G;
-      const int g = int(t % G);
-      const int64_t pos = run.first_pos + r;
-      const float* qg = run.q + (r * run.q_heads + int64_t(g) * Hg) * hd;
-      for (int i = 0; i < Hg * hd; ++i) q[size_t(i)] = qg[i] * scale;
-      float* o = out + (r * run.q_heads + int64_t(g) * Hg) * hd;
-      std::fill(o, o + Hg * hd, 0.0f);
+  pool.parallel_for(tiles * G, [&](int64_t t0, int64_t t1) {
+    const size_t per_row = static_cast<size_t>(Hg) * hd;
+    std::vector<float> q(kTileRows * per_row), S(static_cast<size_t>(Hg) * B);
+    std::vector<float> m(static_cast<size_t>(kTileRows * Hg)), l(static_cast<size_t>(kTileRows * Hg));
+    int32_t next[kTileRows];
+    for (int64_t task = t0; task < t1; ++task) {
+      const int g = int(task % G);
+      const int64_t r0 = (task / G) * kTileRows, nr = std::min(kTileRows, run.rows - r0);
+      auto row_count = [&](int64_t i) {
+        return sel ? sel->count[size_t((r0 + i) * G + g)] : int32_t((run.first_pos + r0 + i) / B + 1);
+      };
+      auto row_block = [&](int64_t i, int32_t j) {
+        return sel ? sel->blocks[size_t(((r0 + i) * G + g) * sel->topk + j)] : j;
+      };
+      for (int64_t i = 0; i < nr; ++i) {
+        const float* qg = run.q + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+        for (size_t e = 0; e < per_row; ++e) q[i * per_row + e] = qg[e] * scale;
+        float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+        std::fill(o, o + per_row, 0.0f);
+        next[i] = 0;
+      }
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
-      const int32_t n = sel ? sel->count[size_t(t)] : int32_t(pos / B + 1);
-      for (int32_t j = 0; j < n; ++j) {
-        const int64_t b = sel ? sel->blocks[size_t(t * sel->topk + j)] : j;
-        const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
-        qk_scores(q.data(), Hg, hd, cache.k_block_t(layer, b, g), B, n_keys, S.data(), B);
-        softmax_block_update(S.data(), Hg, B, n_keys, m.data(), l.data(), o, hd);
-        pv_accumulate(S.data(), Hg, B, n_keys, cache.v_block(layer, b, g), hd, o);
+      for (;;) {
+        int64_t b = INT64_MAX;
+        for (int64_t i = 0; i < nr; ++i)
+          if (next[i] < row_count(i)) b = std::min<int64_t>(b, row_block(i, next[i]));
+        if (b == INT64_MAX) break;
+        const float* kT = cache.k_block_t(layer, b, g);
+        const float* v = cache.v_block(layer, b, g);
+        for (int64_t i = 0; i < nr; ++i) {
+          if (next[i] >= row_count(i) || row_block(i, next[i]) != b) continue;
+          ++next[i];
+          const int64_t pos = run.first_pos + r0 + i;
+          const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
+          float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+          qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B);
+          softmax_block_update(S.data(), Hg, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
+          pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o);
+        }
       }
-      for (int h = 0; h < Hg; ++h)
-        for (int d = 0; d < hd; ++d) o[h * hd + d] /= l[size_t(h)];
+      for (int64_t i = 0; i < nr; ++i) {
+        float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+        for (int h = 0; h < Hg; ++h)
+          for (int d = 0; d < hd; ++d) o[h * hd + d] /= l[size_t(i * Hg + h)];
+      }
     }
   });
 }

@@ -1,0 +1,92 @@
+#include "base/machine_bounds.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+
+namespace m3 {
+
+namespace avx512 {
+float fma_loop(int64_t iters);
+float sum_floats(const float* p, size_t n);
+}  // namespace avx512
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+__attribute__((target_clones("avx2", "default")))
+float sum_floats_generic(const float* p, size_t n) {
+  float s[16] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) s[j] += p[i + j];
+  float r = 0;
+  for (; i < n; ++i) r += p[i];
+  for (float x : s) r += x;
+  return r;
+}
+
+__attribute__((target_clones("avx2", "default")))
+float fma_loop_generic(int64_t iters) {
+  float a[96];
+  for (int i = 0; i < 96; ++i) a[i] = 1.0f + 1e-7f * i;
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 96; ++i) a[i] = a[i] * 0.999999f + 1e-7f;
+  float s = 0;
+  for (float x : a) s += x;
+  return s;
+}
+
+bool use_avx512() { return cpu_active_path() == CpuPath::Avx512; }
+
+}  // namespace
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
+  const size_t n = bytes / sizeof(float);
+  std::unique_ptr<float[]> buf(new float[n]);
+  // First touch from the pool, so pages are spread the way the reads will be.
+  pool.parallel_for(int64_t(n), [&](int64_t a, int64_t b) { std::fill(buf.get() + a, buf.get() + b, 1.0f); }, 1 << 16);
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<float> part(size_t(pool.size()), 0.0f);
+    const double t0 = now_seconds();
+    pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
+      for (int64_t w = a; w < b; ++w) {
+        const size_t lo = n * size_t(w) / size_t(pool.size()), hi = n * size_t(w + 1) / size_t(pool.size());
+        part[size_t(w)] = use_avx512() ? avx512::sum_floats(buf.get() + lo, hi - lo) : sum_floats_generic(buf.get() + lo, hi - lo);
+      }
+    });
+    const double dt = now_seconds() - t0;
+    for (float x : part) sink = sink + x;
+    best = std::max(best, double(bytes) / dt / 1e9);
+  }
+  return best;
+}
+
+double measure_fma_peak(ThreadPool& pool, int reps) {
+  const int64_t iters = 20'000'000;
+  const double flops_per_iter = use_avx512() ? 12.0 * 16 * 2 : 96.0 * 2;
+  double best = 0.0;
+  volatile float sink = 0.0f;
+  for (int r = 0; r < reps; ++r) {
+    std::vector<float> part(size_t(pool.size()), 0.0f);
+    const double t0 = now_seconds();
+    pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
+      for (int64_t w = a; w < b; ++w) part[size_t(w)] = use_avx512() ? avx512::fma_loop(iters) : fma_loop_generic(iters);
+    });
+    const double dt = now_seconds() - t0;
+    for (float x : part) sink = sink + x;
+    best = std::max(best, flops_per_iter * double(iters) * pool.size() / dt / 1e9);
+  }
+  return best;
+}
+
+}  // namespace m3

@@ -1,0 +1,16 @@
+#pragma once
+// The two limits every benchmark is reported against, measured in the same run as the benchmark:
+// memory read bandwidth (a streaming sum over a buffer far larger than the caches) and the fp32 FMA
+// peak (a register-only FMA loop). Both use every thread of the pool.
+#include <cstddef>
+
+#include "base/thread_pool.h"
+
+namespace m3 {
+
+// GB/s (1e9 bytes/s) reading `bytes` (default 1 GiB), best of `reps`.
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, int reps = 3);
+// GFLOP/s of fp32 FMA (2 flops each) on the widest vector path this CPU runs, best of `reps`.
+double measure_fma_peak(ThreadPool& pool, int reps = 3);
+
+}  // namespace m3

@@ -1,0 +1,36 @@
+// AVX-512 loops of machine_bounds.cpp, compiled for AVX-512 and called only after a CPU check.
+#pragma GCC target("avx512f")
+#include <immintrin.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace m3::avx512 {
+
+// 12 independent FMA chains hide the FMA latency on 2 FMA ports.
+float fma_loop(int64_t iters) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1.0f + 1e-7f * i);
+  const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iters; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], x, y);
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  return _mm512_reduce_add_ps(s);
+}
+
+float sum_floats(const float* p, size_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  size_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    s0 = _mm512_add_ps(s0, _mm512_loadu_ps(p + i));
+    s1 = _mm512_add_ps(s1, _mm512_loadu_ps(p + i + 16));
+    s2 = _mm512_add_ps(s2, _mm512_loadu_ps(p + i + 32));
+    s3 = _mm512_add_ps(s3, _mm512_loadu_ps(p + i + 48));
+  }
+  float r = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  for (; i < n; ++i) r += p[i];
+  return r;
+}
+
+}  // namespace m3::avx512

@@ -1,0 +1,84 @@
+#include "kernels/cpu_features.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+namespace m3 {
+
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  // libgcc's __builtin_cpu_supports also checks (via XGETBV) that the OS saves the wider registers.
+  __builtin_cpu_init();
+  f.avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+#endif
+  return f;
+}
+
+CpuPath choose_active() {
+  const CpuPath best = cpu_best_path();
+  const char* env = std::getenv("M3_CPU");
+  if (env == nullptr || *env == '\0') return best;
+  const std::optional<CpuPath> want = parse_cpu_path(env);
+  if (!want) {
+    std::fprintf(stderr, "m3: warning: M3_CPU=%s is not one of avx512, avx2, generic; using %s\n", env,
+                 cpu_path_name(best));
+    return best;
+  }
+  if (!cpu_path_supported(*want)) {
+    std::fprintf(stderr, "m3: warning: M3_CPU=%s is not supported by this CPU; using %s\n", env,
+                 cpu_path_name(best));
+    return best;
+  }
+  return *want;
+}
+
+}  // namespace
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+bool cpu_path_supported(CpuPath path) {
+  switch (path) {
+    case CpuPath::Generic: return true;
+    case CpuPath::Avx2: return cpu_features().avx2;
+    case CpuPath::Avx512: return cpu_features().avx512;
+  }
+  return false;
+}
+
+CpuPath cpu_best_path() {
+  if (cpu_features().avx512) return CpuPath::Avx512;
+  if (cpu_features().avx2) return CpuPath::Avx2;
+  return CpuPath::Generic;
+}
+
+CpuPath cpu_active_path() {
+  static const CpuPath active = choose_active();
+  return active;
+}
+
+const char* cpu_path_name(CpuPath path) {
+  switch (path) {
+    case CpuPath::Generic: return "generic";
+    case CpuPath::Avx2: return "avx2";
+    case CpuPath::Avx512: return "avx512";
+  }
+  return "?";
+}
+
+std::optional<CpuPath> parse_cpu_path(std::string_view name) {
+  if (name == "avx512") return CpuPath::Avx512;
+  if (name == "avx2") return CpuPath::Avx2;
+  if (name == "generic") return CpuPath::Generic;
+  return std::nullopt;
+}
+
+}  // namespace m3

@@ -1,0 +1,30 @@
+#pragma once
+// Which SIMD code paths this CPU can run, detected at run time (binaries are built for plain
+// x86-64 and pick their kernels when they start). M3_CPU=avx512|avx2|generic forces a path for
+// tests and benchmarks; a forced path the CPU lacks falls back to the best one it has, with a warning.
+#include <optional>
+#include <string_view>
+
+namespace m3 {
+
+// Ordered: a CPU that runs a path runs every path below it.
+enum class CpuPath { Generic = 0, Avx2 = 1, Avx512 = 2 };
+
+struct CpuFeatures {
+  bool avx2 = false;         // AVX2 + FMA + F16C, with the OS saving YMM state
+  bool avx512 = false;       // AVX-512 F, BW, VL, DQ, with the OS saving ZMM state
+  bool avx512_bf16 = false;  // vdpbf16ps (reported only; the fp32-exact kernels do not use it)
+};
+
+// Detected once, on first use.
+const CpuFeatures& cpu_features();
+bool cpu_path_supported(CpuPath path);
+// The best path this CPU runs (ignores M3_CPU).
+CpuPath cpu_best_path();
+// The path kernels use: cpu_best_path(), or M3_CPU's choice when the CPU supports it. Read once.
+CpuPath cpu_active_path();
+
+const char* cpu_path_name(CpuPath path);  // "avx512", "avx2", "generic"
+std::optional<CpuPath> parse_cpu_path(std::string_view name);
+
+}  // namespace m3

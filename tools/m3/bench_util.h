@@ -1,0 +1,41 @@
+#pragma once
+// Small helpers shared by the `m3 bench` subcommands.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace m3::cli {
+
+inline double seconds_now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Timing {
+  double median = 0, mean = 0, stddev = 0;
+};
+
+// Runs fn `reps` times (after `warmup` untimed runs) and summarises the wall times in seconds.
+inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = seconds_now();
+    fn();
+    t.push_back(seconds_now() - t0);
+  }
+  Timing r;
+  std::vector<double> s = t;
+  std::sort(s.begin(), s.end());
+  r.median = s[s.size() / 2];
+  for (double x : t) r.mean += x / double(t.size());
+  for (double x : t) r.stddev += (x - r.mean) * (x - r.mean) / double(t.size());
+  r.stddev = std::sqrt(r.stddev);
+  return r;
+}
+
+std::vector<long long> parse_int_list(const std::string& text, const std::string& what);
+
+}  // namespace m3::cli

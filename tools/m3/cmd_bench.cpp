@@ -1,0 +1,108 @@
+// m3 bench: llama-bench-style throughput of the whole model. For each depth d the cache is first
+// filled with d tokens; then pp = prefill of p tokens at depth d, tg = n single-token decode steps
+// at depth d (the cache is cut back to d between repetitions).
+#include <cstdio>
+#include <memory>
+
+#include "base/error.h"
+#include "bench_util.h"
+#include "commands.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+
+namespace m3::cli {
+
+void register_bench_attention(CLI::App* bench);
+
+std::vector<long long> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<long long> out;
+  size_t i = 0;
+  while (i <= text.size()) {
+    size_t j = text.find(',', i);
+    if (j == std::string::npos) j = text.size();
+    const std::string item = text.substr(i, j - i);
+    size_t used = 0;
+    long long v = -1;
+    try {
+      v = std::stoll(item, &used);
+    } catch (...) {
+    }
+    M3_CHECK(used == item.size() && v >= 0, what, ": expected non-negative integers separated by commas, got '", item, "'");
+    out.push_back(v);
+    i = j + 1;
+  }
+  return out;
+}
+
+void register_bench(CLI::App& app) {
+  struct Args {
+    std::string model, depths = "0,16384,65536";
+    int p = 512, n = 128, reps = 3, threads = 0, chunk = 512;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: whole model (-m), or `bench attention`");
+  cmd->require_subcommand(0, 1);
+  cmd->add_option("-m,--model", a->model, "Model folder");
+  cmd->add_option("-p,--prompt", a->p, "Prefill tokens per pp test")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-n,--gen", a->n, "Decode steps per tg test")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-d,--depths", a->depths, "Context depths, comma-separated")->capture_default_str();
+  cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk when filling the depth")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_flag("--json", a->json, "Print JSON lines instead of a markdown table");
+  register_bench_attention(cmd);
+  cmd->callback([a, cmd] {
+    if (!cmd->get_subcommands().empty()) return;  // a bench subcommand ran
+    M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (bench attention)");
+    const std::vector<long long> depths = parse_int_list(a->depths, "--depths");
+    auto engine = Engine::load(a->model, a->threads);
+    TextModel& model = *engine->model;
+    const int V = engine->tokenizer->vocab_size();
+    auto token_at = [&](long long i) { return int32_t((i * 7919 + 13) % V); };  // arbitrary but fixed text
+    if (!a->json) {
+      std::printf("| model | threads | test | depth | t/s |\n|---|---|---|---|---|\n");
+    }
+    for (long long d : depths) {
+      KvCache cache(model.cache_shape());
+      std::vector<int32_t> fill(static_cast<size_t>(d)), prompt(static_cast<size_t>(a->p));
+      for (long long i = 0; i < d; ++i) fill[size_t(i)] = token_at(i);
+      for (int i = 0; i < a->p; ++i) prompt[size_t(i)] = token_at(d + i);
+      std::vector<float> logits;
+      const double t0 = seconds_now();
+      if (d > 0)
+        prefill(model, cache, fill.data(), d, a->chunk, LogitsFor::None, logits, [&](int64_t done, int64_t total) {
+          const double s = seconds_now() - t0;
+          std::fprintf(stderr, "\rfilling depth %lld: %lld/%lld tokens, %.0f tok/s, ETA %.0f s   ", d, (long long)done,
+                       (long long)total, done / s, (total - done) / std::max(done / s, 1e-9));
+        });
+      if (d > 0) std::fprintf(stderr, "\n");
+      const Timing pp = time_runs(a->reps, 0, [&] {
+        cache.truncate(d);
+        prefill(model, cache, prompt.data(), a->p, a->p, LogitsFor::Last, logits);
+      });
+      const Timing tg = time_runs(a->reps, 0, [&] {
+        cache.truncate(d);
+        int32_t tok = token_at(d);
+        for (int i = 0; i < a->n; ++i) {
+          model.forward(cache, &tok, 1, LogitsFor::Last, logits);
+          tok = token_at(d + i + 1);
+        }
+      });
+      const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
+      const double pp_sd = pp_tps * pp.stddev / pp.mean, tg_sd = tg_tps * tg.stddev / tg.mean;
+      if (a->json) {
+        std::printf("{\"model\": \"%s\", \"threads\": %d, \"test\": \"pp%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
+                    a->model.c_str(), engine->pool->size(), a->p, d, pp_tps, pp_sd);
+        std::printf("{\"model\": \"%s\", \"threads\": %d, \"test\": \"tg%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
+                    a->model.c_str(), engine->pool->size(), a->n, d, tg_tps, tg_sd);
+      } else {
+        std::printf("| %s | %d | pp%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->p, d, pp_tps, pp_sd);
+        std::printf("| %s | %d | tg%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->n, d, tg_tps, tg_sd);
+      }
+      std::fflush(stdout);
+    }
+  });
+}
+
+}  // namespace m3::cli

@@ -1,0 +1,181 @@
+// m3 bench attention: one attention layer, MSA against dense, at growing context depth.
+// For each depth N: the cost of a prefill chunk of C query rows at positions N..N+C-1 (what chunked
+// prefill pays there) and of one decode step at N, for MSA (index scoring + selection + sparse
+// attention) and dense causal attention, with their FLOPs and bytes against the machine's FMA peak
+// and read bandwidth measured in the same run.
+#include <cstdio>
+#include <memory>
+
+#include "attention/attention_kernels.h"
+#include "attention/msa_attention.h"
+#include "base/error.h"
+#include "base/machine_bounds.h"
+#include "bench_util.h"
+#include "commands.h"
+
+namespace m3::cli {
+
+namespace {
+
+struct AttnShape {
+  std::string name;
+  int q_heads, kv_heads, head_dim, index_dim, block, topk;
+};
+
+AttnShape shape_named(const std::string& n) {
+  if (n == "m3") return {"m3", 64, 4, 128, 128, 128, 16};
+  if (n == "small") return {"small", 8, 2, 128, 128, 128, 16};
+  if (n == "tiny") return {"tiny", 4, 2, 32, 32, 16, 4};
+  fail("unknown attention shape '", n, "' (expected m3, small or tiny)");
+}
+
+// Deterministic pseudo-random fill in [-1, 1).
+struct Lcg {
+  uint64_t s;
+  float next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
+
+void fill_cache(ThreadPool& pool, KvCache& cache, int64_t tokens) {
+  const KvCacheShape& sh = cache.shape();
+  pool.parallel_for(tokens, [&](int64_t a, int64_t b) {
+    Lcg rng{uint64_t(a) * 7919 + 1};
+    std::vector<float> k(static_cast<size_t>(sh.head_dim)), v(static_cast<size_t>(sh.head_dim)), ik(static_cast<size_t>(sh.index_dim));
+    for (int64_t t = a; t < b; ++t) {
+      for (int g = 0; g < sh.kv_heads; ++g) {
+        for (auto& x : k) x = rng.next();
+        for (auto& x : v) x = rng.next();
+        cache.write_kv(0, t, g, k.data(), v.data());
+      }
+      for (auto& x : ik) x = rng.next();
+      cache.write_index_k(0, t, ik.data());
+    }
+  }, 1024);
+}
+
+std::vector<float> random_vector(size_t n, uint64_t seed) {
+  Lcg rng{seed};
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.next();
+  return v;
+}
+
+struct Point {
+  long long n;
+  double msa_index_s, msa_attn_s, dense_s;  // prefill chunk
+  double msa_decode_s, dense_decode_s;
+  bool dense_extrapolated;
+};
+
+}  // namespace
+
+void register_bench_attention(CLI::App* bench) {
+  struct Args {
+    std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
+    int chunk = 512, threads = 0, reps = 3;
+    long long dense_max = 131072;
+    bool skip_bounds = false;
+  };
+  auto a = std::make_shared<Args>();
+  CLI::App* cmd = bench->add_subcommand("attention", "One attention layer: MSA vs dense at growing context");
+  cmd->add_option("--shapes", a->shapes, "Comma-separated: m3, small, tiny")->capture_default_str();
+  cmd->add_option("--contexts", a->contexts, "Context depths N")->capture_default_str();
+  cmd->add_option("--chunk", a->chunk, "Prefill chunk rows")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--dense-max", a->dense_max, "Largest N at which dense is measured (beyond: extrapolated linearly)")
+      ->capture_default_str();
+  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
+  cmd->callback([a] {
+    ThreadPool pool(a->threads);
+    const std::vector<long long> contexts = parse_int_list(a->contexts, "--contexts");
+    double bw = 0, peak = 0;
+    if (!a->skip_bounds) {
+      bw = measure_read_bandwidth(pool);
+      peak = measure_fma_peak(pool);
+    }
+    std::printf("threads %d, attention kernels %s, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
+                pool.size(), attention_kernel_name(), bw, peak);
+
+    size_t start = 0;
+    while (start <= a->shapes.size()) {
+      size_t end = a->shapes.find(',', start);
+      if (end == std::string::npos) end = a->shapes.size();
+      const AttnShape s = shape_named(a->shapes.substr(start, end - start));
+      start = end + 1;
+      const int C = a->chunk, G = s.kv_heads;
+      std::printf("## %s: %d query heads, %d KV heads, head_dim %d, index %dx%d, block %d, top-%d; prefill chunk %d rows\n\n",
+                  s.name.c_str(), s.q_heads, s.kv_heads, s.head_dim, G, s.index_dim, s.block, s.topk, C);
+      std::printf("| N | MSA chunk ms (index + attn) | dense chunk ms | prefill ratio | MSA decode ms | dense decode ms | decode ratio |"
+                  " index GFLOP/s | sparse attn GFLOP/s | dense GFLOP/s | MSA decode GB/s | decode bound ms |\n");
+      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      std::vector<Point> pts;
+      for (long long N : contexts) {
+        KvCacheShape cs;
+        cs.num_layers = 1;
+        cs.block_size = s.block;
+        cs.kv_heads = G;
+        cs.head_dim = s.head_dim;
+        cs.index_dim = s.index_dim;
+        cs.layer_has_index = {true};
+        KvCache cache(cs);
+        cache.ensure_capacity(N + C);
+        fill_cache(pool, cache, N + C);
+        cache.set_length(N + C);
+        const auto q = random_vector(size_t(C) * s.q_heads * s.head_dim, 11);
+        const auto iq = random_vector(size_t(C) * G * s.index_dim, 12);
+        std::vector<float> out(size_t(C) * s.q_heads * s.head_dim);
+        AttentionRun run;
+        run.q = q.data();
+        run.iq = iq.data();
+        run.first_pos = N;
+        run.rows = C;
+        run.q_heads = s.q_heads;
+        run.kv_heads = G;
+        run.head_dim = s.head_dim;
+        run.index_dim = s.index_dim;
+        run.topk = s.topk;
+        BlockSelection sel;
+        Point p{N, 0, 0, 0, 0, 0, false};
+        p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }).median;
+        p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }).median;
+        AttentionRun dec = run;
+        dec.rows = 1;
+        p.msa_decode_s = time_runs(a->reps * 3, 1, [&] {
+          msa_select_run(pool, cache, 0, dec, sel);
+          attention_run(pool, cache, 0, dec, &sel, out.data());
+        }).median;
+        if (N <= a->dense_max) {
+          p.dense_s = time_runs(a->reps, 0, [&] { attention_run(pool, cache, 0, run, nullptr, out.data()); }).median;
+          p.dense_decode_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, dec, nullptr, out.data()); }).median;
+        } else {
+          // Dense cost per chunk and per decode step grows linearly with N: scale the largest measured point.
+          const Point& m = pts.back();
+          p.dense_s = m.dense_s * (double(N) + C / 2.0) / (double(m.n) + C / 2.0);
+          p.dense_decode_s = m.dense_decode_s * double(N) / double(m.n);
+          p.dense_extrapolated = true;
+        }
+        pts.push_back(p);
+
+        const double hd = s.head_dim, Hq = s.q_heads, kb = std::min<double>(N, double(s.topk) * s.block);
+        const double index_flops = 2.0 * C * G * s.index_dim * double(N);
+        const double attn_flops = 4.0 * C * Hq * hd * kb;
+        const double dense_flops = 4.0 * C * Hq * hd * (double(N) + C / 2.0);
+        const double decode_bytes = double(N) * s.index_dim * 4 + double(G) * kb * hd * 2 * 4;
+        const char* x = p.dense_extrapolated ? "*" : "";
+        std::printf("| %lld | %.1f (%.1f + %.1f) | %.1f%s | %.1fx%s | %.3f | %.3f%s | %.1fx%s | %.0f | %.0f | %.0f%s | %.1f | %.3f |\n",
+                    N, 1e3 * (p.msa_index_s + p.msa_attn_s), 1e3 * p.msa_index_s, 1e3 * p.msa_attn_s, 1e3 * p.dense_s, x,
+                    p.dense_s / (p.msa_index_s + p.msa_attn_s), x, 1e3 * p.msa_decode_s, 1e3 * p.dense_decode_s, x,
+                    p.dense_decode_s / p.msa_decode_s, x, index_flops / p.msa_index_s / 1e9, attn_flops / p.msa_attn_s / 1e9,
+                    p.dense_extrapolated ? 0.0 : dense_flops / p.dense_s / 1e9, x, decode_bytes / p.msa_decode_s / 1e9,
+                    bw > 0 ? 1e3 * decode_bytes / (bw * 1e9) : 0.0);
+        std::fflush(stdout);
+      }
+      std::printf("\n* dense extrapolated linearly from the largest measured depth.\n\n");
+    }
+  });
+}
+
+}  // namespace m3::cli
