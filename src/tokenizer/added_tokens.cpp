@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -81,25 +82,24 @@ AddedTokenMatcher::AddedTokenMatcher(std::vector<AddedToken> tokens) : tokens_(s
   }
 }
 
-std::optional<AddedTokenMatcher::Match> AddedTokenMatcher::find(std::string_view text, size_t from,
-                                                                bool include_special) const {
+bool AddedTokenMatcher::find(std::string_view text, size_t from, bool include_special, Match& m) const {
   for (size_t pos = from; pos < text.size(); ++pos) {
     for (uint32_t index : by_first_byte_[static_cast<uint8_t>(text[pos])]) {
       const AddedToken& t = tokens_[index];
       if (t.special && !include_special) continue;
       if (text.size() - pos < t.content.size() || std::memcmp(text.data() + pos, t.content.data(), t.content.size()) != 0)
         continue;
-      Match m{pos, pos + t.content.size(), t.id};
+      m = Match{pos, pos + t.content.size(), t.id};
       if (t.lstrip) {
         while (auto start = whitespace_before(text, m.begin, from)) m.begin = *start;
       }
       if (t.rstrip) {
         while (size_t len = whitespace_at(text, m.end)) m.end += len;
       }
-      return m;
+      return true;
     }
   }
-  return std::nullopt;
+  return false;
 }
 
 }  // namespace m3::tok

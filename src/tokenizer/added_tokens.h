@@ -3,7 +3,6 @@
 // and map to one id each (the M3 control tokens such as "]~b]" and "<mm:think>").
 #include <array>
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,8 +31,8 @@ class AddedTokenMatcher {
   };
   // Leftmost occurrence at or after `from`, the longest one at that position (as HF's
   // leftmost-longest automaton). Special tokens take part only when `include_special`;
-  // non-special added tokens always do, as in HF tokenizers.
-  std::optional<Match> find(std::string_view text, size_t from, bool include_special) const;
+  // non-special added tokens always do, as in HF tokenizers. False when there is none.
+  bool find(std::string_view text, size_t from, bool include_special, Match& match) const;
 
   const std::vector<AddedToken>& tokens() const { return tokens_; }
   // True when find() can ever succeed for this setting (lets encode skip the scan).

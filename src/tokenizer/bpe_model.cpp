@@ -16,9 +16,9 @@ namespace m3::tok {
 bool WordCache::lookup(std::string_view word, std::vector<int32_t>& out) const {
   Shard& shard = shards_[std::hash<std::string_view>{}(word) % kShards];
   std::lock_guard<std::mutex> lock(shard.mu);
-  auto it = shard.map.find(std::string(word));
+  auto it = shard.map.find(word);
   if (it == shard.map.end()) return false;
-  out = it->second;
+  out.insert(out.end(), it->second.begin(), it->second.end());
   return true;
 }
 
@@ -60,17 +60,18 @@ void check_unsupported_options(const nlohmann::json& model, const std::string& w
 }
 
 // One entry of model.merges, either "a b" (older files) or ["a", "b"] (tokenizers >= 0.20).
-std::pair<std::string, std::string> parse_merge(const nlohmann::json& entry, const std::string& path) {
+// `where` + index name the entry in errors (built only on failure: this runs 200k times).
+std::pair<std::string, std::string> parse_merge(const nlohmann::json& entry, const std::string& where, size_t index) {
   if (entry.is_string()) {
     const std::string& s = entry.get_ref<const std::string&>();
     size_t space = s.find(' ');
     M3_CHECK(space != std::string::npos && s.find(' ', space + 1) == std::string::npos && space > 0 &&
                  space + 1 < s.size(),
-             path, ": expected \"left right\" with exactly one space, got \"", s, "\"");
+             where, ".merges[", index, "]: expected \"left right\" with exactly one space, got \"", s, "\"");
     return {s.substr(0, space), s.substr(space + 1)};
   }
-  M3_CHECK(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string(), path,
-           ": expected \"left right\" or [\"left\", \"right\"]");
+  M3_CHECK(entry.is_array() && entry.size() == 2 && entry[0].is_string() && entry[1].is_string(), where, ".merges[",
+           index, "]: expected \"left right\" or [\"left\", \"right\"]");
   return {entry[0].get<std::string>(), entry[1].get<std::string>()};
 }
 
@@ -110,17 +111,16 @@ BpeModel BpeModel::from_json(const nlohmann::json& model, const std::string& sou
     text_to_id.emplace(text, id);
   }
 
-  const auto lookup = [&](const std::string& text, const std::string& path) {
+  const auto lookup = [&](const std::string& text, size_t index) {
     auto it = text_to_id.find(text);
-    M3_CHECK(it != text_to_id.end(), path, ": token \"", text, "\" is not in model.vocab");
+    M3_CHECK(it != text_to_id.end(), where, ".merges[", index, "]: token \"", text, "\" is not in model.vocab");
     return it->second;
   };
   m.merges_.reserve(merges->size());
   for (size_t i = 0; i < merges->size(); ++i) {
-    const std::string path = str_cat(where, ".merges[", i, "]");
-    auto [left, right] = parse_merge((*merges)[i], path);
-    const int32_t a = lookup(left, path), b = lookup(right, path);
-    const int32_t merged = lookup(left + right, path);
+    auto [left, right] = parse_merge((*merges)[i], where, i);
+    const int32_t a = lookup(left, i), b = lookup(right, i);
+    const int32_t merged = lookup(left + right, i);
     // A pair listed twice keeps the later rank, as HF's map built from the list does.
     m.merges_[pair_key(a, b)] = Merge{static_cast<int32_t>(i), merged};
   }
@@ -159,17 +159,14 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     return;
   }
   if (ignore_merges_) {
-    if (auto it = bytes_to_id_.find(std::string(word)); it != bytes_to_id_.end()) {
+    if (auto it = bytes_to_id_.find(word); it != bytes_to_id_.end()) {
       out.push_back(it->second);
       return;
     }
   }
   const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
+  if (cacheable && cache_->lookup(word, out)) return;
   std::vector<int32_t> ids;
-  if (cacheable && cache_->lookup(word, ids)) {
-    out.insert(out.end(), ids.begin(), ids.end());
-    return;
-  }
   merge_word(word, ids);
   if (cacheable) cache_->store(word, ids);
   out.insert(out.end(), ids.begin(), ids.end());

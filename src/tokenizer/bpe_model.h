@@ -4,6 +4,7 @@
 // never builds mapped strings.
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -15,10 +16,19 @@
 
 namespace m3::tok {
 
+// Hashes std::string and std::string_view alike, so lookups by view need no temporary string.
+struct TransparentStringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+template <typename V>
+using StringMap = std::unordered_map<std::string, V, TransparentStringHash, std::equal_to<>>;
+
 // Results for words seen before. Encoding is const and may run on several threads, so the
 // cache is split into independently locked shards; a full shard is simply emptied.
 class WordCache {
  public:
+  // Appends the cached ids of `word` to `out`; false when not cached.
   bool lookup(std::string_view word, std::vector<int32_t>& out) const;
   void store(std::string_view word, const std::vector<int32_t>& ids) const;
 
@@ -29,7 +39,7 @@ class WordCache {
   static constexpr size_t kMaxEntriesPerShard = 8192;
   struct Shard {
     std::mutex mu;
-    std::unordered_map<std::string, std::vector<int32_t>> map;
+    StringMap<std::vector<int32_t>> map;
   };
   mutable std::array<Shard, kShards> shards_;
 };
@@ -61,7 +71,7 @@ class BpeModel {
 
   std::vector<std::string> id_to_bytes_;
   std::vector<bool> id_defined_;
-  std::unordered_map<std::string, int32_t> bytes_to_id_;
+  StringMap<int32_t> bytes_to_id_;
   std::array<int32_t, 256> byte_ids_{};  // id of each single byte, -1 if the vocab lacks it
   std::unordered_map<uint64_t, Merge> merges_;
   bool ignore_merges_ = false;  // a word that is itself a vocabulary entry is taken whole

@@ -17,9 +17,16 @@ std::string pcre2_message(int code) {
   return n < 0 ? str_cat("PCRE2 error ", code) : std::string(reinterpret_cast<const char*>(buf));
 }
 
+}  // namespace
+
+struct SplitRegex::Compiled {
+  pcre2_code* code = nullptr;
+  ~Compiled() { pcre2_code_free(code); }
+};
+
 // Match data sized for the pattern; one per split() call keeps the compiled code shareable
 // between threads (PCRE2 code is read-only at match time, match data is not).
-struct MatchData {
+struct SplitRegex::MatchData {
   explicit MatchData(const pcre2_code* code) : md(pcre2_match_data_create_from_pattern(code, nullptr)) {
     if (md == nullptr) throw std::bad_alloc();
   }
@@ -29,18 +36,12 @@ struct MatchData {
   pcre2_match_data* md;
 };
 
-}  // namespace
-
-struct SplitRegex::Compiled {
-  pcre2_code* code = nullptr;
-  ~Compiled() { pcre2_code_free(code); }
-};
-
 SplitRegex::SplitRegex(std::string_view pattern, bool literal, const std::string& field)
     : compiled_(std::make_unique<Compiled>()), field_(field) {
   int error_code = 0;
   PCRE2_SIZE error_offset = 0;
-  uint32_t options = PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0u);
+  // PCRE2 refuses UCP together with LITERAL; a literal has no character classes anyway.
+  const uint32_t options = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
   compiled_->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
                                   &error_code, &error_offset, nullptr);
   if (compiled_->code == nullptr) {
@@ -55,6 +56,7 @@ SplitRegex::~SplitRegex() = default;
 void SplitRegex::split(std::string_view text, std::vector<std::string_view>& out) const {
   // Cut the text at invalid UTF-8 so PCRE2 only ever sees valid UTF-8 (and can skip its own
   // check); an incomplete sequence at the very end is invalid too, byte by byte.
+  MatchData data(compiled_->code);
   size_t run_begin = 0, pos = 0;
   while (pos < text.size()) {
     Utf8Scan s = scan_utf8(text, pos);
@@ -62,17 +64,16 @@ void SplitRegex::split(std::string_view text, std::vector<std::string_view>& out
       pos += s.length;
       continue;
     }
-    split_valid(text.substr(run_begin, pos - run_begin), out);
+    split_valid(text.substr(run_begin, pos - run_begin), data, out);
     for (size_t i = 0; i < s.length; ++i) out.push_back(text.substr(pos + i, 1));
     pos += s.length;
     run_begin = pos;
   }
-  split_valid(text.substr(run_begin), out);
+  split_valid(text.substr(run_begin), data, out);
 }
 
-void SplitRegex::split_valid(std::string_view text, std::vector<std::string_view>& out) const {
+void SplitRegex::split_valid(std::string_view text, MatchData& data, std::vector<std::string_view>& out) const {
   if (text.empty()) return;
-  MatchData data(compiled_->code);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;       // where the next search begins
   size_t piece_end = 0;   // end of the last piece emitted
@@ -90,6 +91,7 @@ void SplitRegex::split_valid(std::string_view text, std::vector<std::string_view
     const size_t m_begin = ov[0], m_end = ov[1];
     if (m_end == m_begin) {
       // An empty match makes no piece (as in HF tokenizers); step over one character.
+      if (m_begin >= text.size()) break;
       start = m_begin + scan_utf8(text, m_begin).length;
       continue;
     }
@@ -186,6 +188,7 @@ PreTokenizer PreTokenizer::from_steps(std::vector<PreTokenizerStep> steps) {
 
 void PreTokenizer::run(std::string_view text, Pieces& pieces) const {
   pieces.views.clear();
+  pieces.owned.clear();  // strings built for the previous text are no longer referenced
   pieces.views.push_back(text);
   std::vector<std::string_view> next;
   for (const PreTokenizerStep& step : steps_) {

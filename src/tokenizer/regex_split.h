@@ -47,9 +47,10 @@ class SplitRegex {
   void split(std::string_view text, std::vector<std::string_view>& out) const;
 
  private:
-  void split_valid(std::string_view text, std::vector<std::string_view>& out) const;
-
   struct Compiled;
+  struct MatchData;
+  void split_valid(std::string_view text, MatchData& data, std::vector<std::string_view>& out) const;
+
   std::unique_ptr<Compiled> compiled_;
   std::string field_;
 };

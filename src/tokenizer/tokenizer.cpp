@@ -23,7 +23,8 @@ struct Tokenizer::Impl {
   std::unordered_map<int32_t, const tok::AddedToken*> added_by_id;
   int32_t vocab_size = 0;
 
-  void encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  // `pieces` is scratch space, reused across the segments of one encode call.
+  void encode_text(std::string_view text, tok::Pieces& pieces, std::vector<int32_t>& out) const;
 };
 
 namespace {
@@ -100,8 +101,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
   return tok;
 }
 
-void Tokenizer::Impl::encode_text(std::string_view text, std::vector<int32_t>& out) const {
-  tok::Pieces pieces;
+void Tokenizer::Impl::encode_text(std::string_view text, tok::Pieces& pieces, std::vector<int32_t>& out) const {
   pre_tokenizer.run(text, pieces);
   for (std::string_view piece : pieces.views) model.encode_word(piece, out);
 }
@@ -111,15 +111,17 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool allow_special
   ids.reserve(text.size() / 3 + 1);
   // Added tokens first: the text between two of them is pre-tokenized on its own, so the split
   // regex never sees across a control token (HF does the same).
+  tok::Pieces pieces;
   size_t pos = 0;
   const bool scan = impl_->added.any(allow_special);
-  while (pos <= text.size()) {
-    auto match = scan ? impl_->added.find(text, pos, allow_special) : std::nullopt;
-    const size_t segment_end = match ? match->begin : text.size();
-    impl_->encode_text(text.substr(pos, segment_end - pos), ids);
-    if (!match) break;
-    ids.push_back(match->id);
-    pos = match->end;
+  tok::AddedTokenMatcher::Match match;
+  while (true) {
+    const bool found = scan && impl_->added.find(text, pos, allow_special, match);
+    const size_t segment_end = found ? match.begin : text.size();
+    impl_->encode_text(text.substr(pos, segment_end - pos), pieces, ids);
+    if (!found) break;
+    ids.push_back(match.id);
+    pos = match.end;
   }
   return ids;
 }

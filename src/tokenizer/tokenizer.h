@@ -41,6 +41,8 @@ class Tokenizer {
 
 // Turns a stream of ids into text pieces that are always whole UTF-8 characters: bytes of a
 // character split across tokens are held back until it completes (or flushed at the end).
+// Bytes that can never complete a character come out as U+FFFD at once, so every piece
+// returned is valid UTF-8.
 class StreamingDecoder {
  public:
   explicit StreamingDecoder(const Tokenizer& tok, bool skip_special = false);
@@ -55,7 +57,8 @@ class StreamingDecoder {
 
 // Builds the tokenizer.json that `m3 make-checkpoint` ships: a byte-level BPE learned on a
 // built-in text sample (256 byte tokens + `num_merges` merges), the M3 split regex, and every
-// M3 added token (spec §6) with ids following the base vocabulary.
+// M3 added token (spec §6) with ids following the base vocabulary. Deterministic; the merges for
+// n are a prefix of those for n + 1. Throws m3::Error past what the sample supports (~2300 merges).
 std::string make_small_tokenizer_json(int num_merges);
 
 }  // namespace m3
