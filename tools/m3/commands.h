@@ -11,5 +11,6 @@ void register_tokenize(CLI::App& app);
 void register_generate(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_bench(CLI::App& app);
+void register_preprocess(CLI::App& app);
 
 }  // namespace m3::cli

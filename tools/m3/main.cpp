@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   m3::cli::register_generate(app);
   m3::cli::register_logits(app);
   m3::cli::register_bench(app);
+  m3::cli::register_preprocess(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
