@@ -58,6 +58,45 @@ TensorData random_tensor(Rng& rng, const std::string& name, std::vector<int64_t>
   return t;
 }
 
+// Vision tower + projector + merger (spec §2.4): patch embedding fp32, everything else bf16.
+// Drawn from their own stream after all text tensors, so a preset's text weights are the same
+// bytes with and without a vision tower.
+void add_random_vision_tensors(const ModelConfig& cfg, uint64_t seed, std::vector<TensorData>& tensors) {
+  const VisionConfig& v = *cfg.vision;
+  Rng rng(seed ^ 0x5669'7369'6F6E'5457ull);  // "VisionTW"
+  const int64_t vh = v.hidden_size, vi = v.intermediate_size, P = cfg.projector_hidden_size;
+  const int64_t merge2 = int64_t(v.spatial_merge_size) * v.spatial_merge_size;
+  auto linear = [&](const std::string& name, int64_t out, int64_t in, double gain = 1.0) {
+    tensors.push_back(random_tensor(rng, name + ".weight", {out, in}, 0.0, gain / std::sqrt(double(in)), DType::BF16));
+    tensors.push_back(random_tensor(rng, name + ".bias", {out}, 0.0, 0.02, DType::BF16));
+  };
+  // CLIP LayerNorm: scale used as stored (centred at 1), plus a bias.
+  auto layer_norm = [&](const std::string& name) {
+    tensors.push_back(random_tensor(rng, name + ".weight", {vh}, 1.0, 0.1, DType::BF16));
+    tensors.push_back(random_tensor(rng, name + ".bias", {vh}, 0.0, 0.1, DType::BF16));
+  };
+  const std::string vm = "vision_tower.vision_model.";
+  tensors.push_back(random_tensor(rng, vm + "embeddings.patch_embedding.weight",
+                                  {vh, v.num_channels, v.temporal_patch_size, v.patch_size, v.patch_size}, 0.0,
+                                  1.0 / std::sqrt(double(v.patch_input_dim())), DType::F32));
+  layer_norm(vm + "pre_layrnorm");
+  for (int l = 0; l < v.num_hidden_layers; ++l) {
+    const std::string lp = vm + "encoder.layers." + std::to_string(l) + ".";
+    layer_norm(lp + "layer_norm1");
+    linear(lp + "self_attn.q_proj", vh, vh, 2.0);  // larger q/k: attention that is not uniform
+    linear(lp + "self_attn.k_proj", vh, vh, 2.0);
+    linear(lp + "self_attn.v_proj", vh, vh);
+    linear(lp + "self_attn.out_proj", vh, vh, 0.5);
+    layer_norm(lp + "layer_norm2");
+    linear(lp + "mlp.fc1", vi, vh);
+    linear(lp + "mlp.fc2", vh, vi, 0.5);
+  }
+  linear("multi_modal_projector.linear_1", P, vh);
+  linear("multi_modal_projector.linear_2", P, P);
+  linear("patch_merge_mlp.linear_1", P, P * merge2);
+  linear("patch_merge_mlp.linear_2", P, P);
+}
+
 void write_text_file(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   M3_CHECK(f, path, ": cannot open for writing");
@@ -67,11 +106,25 @@ void write_text_file(const std::string& path, const std::string& text) {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "small"}; }
+std::vector<std::string> preset_names() { return {"tiny", "small", "tiny-vl", "small-vl"}; }
 
 int preset_num_merges(const std::string&) { return 256; }
 
-ModelConfig preset_config(const std::string& preset, int vocab_size) {
+namespace {
+
+// "tiny-vl" -> "tiny": the -vl presets are the text presets plus a vision tower.
+std::string text_preset(const std::string& preset) {
+  const std::string suffix = "-vl";
+  if (preset.size() > suffix.size() && preset.compare(preset.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return preset.substr(0, preset.size() - suffix.size());
+  return preset;
+}
+
+}  // namespace
+
+ModelConfig preset_config(const std::string& preset_name, int vocab_size) {
+  const std::string preset = text_preset(preset_name);
+  const bool vision = preset != preset_name;
   ModelConfig c;
   c.architectures = {"MiniMaxM3SparseForConditionalGeneration"};
   c.model_type = "minimax_m3_vl";
@@ -117,7 +170,7 @@ ModelConfig preset_config(const std::string& preset, int vocab_size) {
     t.sparse.sparse_block_size = 128;
     t.sparse.sparse_topk_blocks = 16;
   } else {
-    fail("unknown preset '", preset, "' (expected tiny or small)");
+    fail("unknown preset '", preset_name, "' (expected tiny, small, tiny-vl or small-vl)");
   }
   t.sparse.sparse_num_index_heads = t.num_key_value_heads;
   t.num_hidden_layers = layers;
@@ -125,6 +178,20 @@ ModelConfig preset_config(const std::string& preset, int vocab_size) {
   t.moe_layer_freq[0] = 0;
   t.sparse.sparse_attention_freq = t.moe_layer_freq;
   t.sparse.sparse_disable_index_value = t.moe_layer_freq;
+  if (vision) {
+    // The M3 tower's structure (patch 14, temporal 2, 2x2 merge, 3D RoPE, erf GELU) at a small width.
+    // tiny: head_dim 16 -> 3D RoPE 4 dims per axis + 4 pass-through; small: M3's head_dim 80 ->
+    // 26 per axis + 2 pass-through.
+    VisionConfig v;
+    v.hidden_size = preset == "tiny" ? 64 : 320;
+    v.num_attention_heads = 4;
+    v.num_hidden_layers = 2;
+    v.intermediate_size = 2 * v.hidden_size;
+    v.projection_dim = t.hidden_size;
+    c.vision = v;
+    c.projector_hidden_size = t.hidden_size;  // merged vision tokens replace token embeddings
+    // image_token_index / video_token_index come from the tokenizer (make_random_checkpoint).
+  }
   return c;
 }
 
@@ -143,6 +210,12 @@ void make_random_checkpoint(const RandomCheckpointOptions& opt) {
     t.moe_layer_freq[0] = 0;
     t.sparse.sparse_attention_freq = t.moe_layer_freq;
     t.sparse.sparse_disable_index_value = t.moe_layer_freq;
+  }
+  if (cfg.vision) {
+    const auto image = tok->token_id("]<]image[>["), video = tok->token_id("]<]video[>[");
+    M3_CHECK(image && video, "make-checkpoint: the tokenizer lacks the image/video tokens");
+    cfg.image_token_index = *image;
+    cfg.video_token_index = *video;
   }
   t.bos_token_id = tok->token_id("]~!b[");
   t.eos_token_id = tok->token_id("[e~[");
@@ -201,6 +274,7 @@ void make_random_checkpoint(const RandomCheckpointOptions& opt) {
   }
   norm(p + "model.norm.weight", H);
   linear(p + "lm_head.weight", V, H, 2.0);
+  if (cfg.vision) add_random_vision_tensors(cfg, opt.seed, tensors);
 
   std::filesystem::create_directories(opt.out_dir);
   write_checkpoint_tensors(opt.out_dir, tensors, opt.max_shard_bytes == 0 ? UINT64_MAX : opt.max_shard_bytes);

@@ -12,7 +12,7 @@
 namespace m3 {
 
 struct RandomCheckpointOptions {
-  std::string preset = "tiny";  // tiny | small (see preset_config)
+  std::string preset = "tiny";  // tiny | small | tiny-vl | small-vl (see preset_config)
   uint64_t seed = 0;
   std::string out_dir;
   std::optional<int> block_size;  // overrides sparse_block_size
@@ -23,6 +23,9 @@ struct RandomCheckpointOptions {
 
 std::vector<std::string> preset_names();
 // The config of a preset for a tokenizer of `vocab_size` ids (rounded up to a multiple of 8).
+// "<preset>-vl" adds a vision tower (2 layers, 4 heads, MLP 2x wide; tiny: hidden 64 = 4 x 16,
+// small: hidden 320 = 4 x 80, M3's vision head_dim; projector width = text hidden); its image/video
+// token ids are left for make_random_checkpoint to fill from the tokenizer.
 ModelConfig preset_config(const std::string& preset, int vocab_size);
 // Number of BPE merges of the preset's tokenizer.
 int preset_num_merges(const std::string& preset);

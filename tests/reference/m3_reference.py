@@ -451,8 +451,10 @@ class M3Reference:
         o = attention(q, k, v, sel, c.block_size)
         return o.reshape(T, -1) @ self.w(pre + "o_proj.weight").T
 
-    def forward(self, tokens, return_selection=False, return_hidden=False, verbose=False):
-        """tokens: ids at positions 0..T-1. Returns logits [T, vocab] (self.dtype), or
+    def forward(self, tokens, return_selection=False, return_hidden=False, verbose=False, embeddings_override=None):
+        """tokens: ids at positions 0..T-1. embeddings_override: optional (positions, rows [n, hidden])
+        whose rows replace the token embeddings at those positions (image tokens, spec §5.3; positions
+        stay 1-D). Returns logits [T, vocab] (self.dtype), or
         (logits, info) when return_selection/return_hidden: info["selection"][L] bool [G, T, nb],
         info["margin"][L] [G, T], info["experts"][L] [T, k], info["hidden"] list of [T, hidden]
         (embedding output, then the residual after each layer)."""
@@ -467,6 +469,14 @@ class M3Reference:
         T = tokens.size
         pos = np.arange(T)
         x = self.w("model.embed_tokens.weight", shape=(c.vocab_size, c.hidden_size))[tokens]
+        if embeddings_override is not None:
+            opos, orows = embeddings_override
+            opos = np.asarray(opos, dtype=np.int64)
+            orows = np.asarray(orows, dtype=self.dtype)
+            if orows.shape != (opos.size, c.hidden_size) or (opos.size and (opos.min() < 0 or opos.max() >= T)):
+                raise ValueError(f"embeddings_override: {opos.size} positions in [0, {T}) with rows "
+                                 f"[n, {c.hidden_size}] expected, got rows {list(orows.shape)}")
+            x[opos] = orows
         if return_hidden:
             info["hidden"].append(x.copy())
         for L in range(c.num_hidden_layers):

@@ -1,7 +1,11 @@
 // m3 logits: the [T, vocab] float32 logits of every position, for validation against the reference.
 // --chunk sets the prefill chunk; --decode-from K prefills [0, K) and then runs one token at a time,
 // so one-shot prefill, chunked prefill and decode can be compared on the same tokens.
+// --image PATH (repeatable, with --text) runs images through the vision tower (spec §5): each
+// `]<]image[>[` in the text (or, with none, the end of the text) becomes start-of-image + N image
+// tokens + end-of-image, and the N rows take the merged vision embeddings in order.
 #include <cstdio>
+#include <fstream>
 
 #include "base/error.h"
 #include "commands.h"
@@ -9,12 +13,43 @@
 #include "read_ids.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "vision/image_decode.h"
+#include "vision/image_prompt.h"
+#include "vision/preprocess.h"
+#include "vision/vision_tower.h"
 
 namespace m3::cli {
 
+namespace {
+
+// Decode, preprocess (spec §5.1, sizes from the vision config) and encode one image file.
+std::vector<float> image_embeddings(const vision::VisionTower& tower, const std::string& path, int64_t& tokens) {
+  const VisionConfig& v = tower.config();
+  vision::PreprocessConfig pc;
+  pc.patch_size = v.patch_size;
+  pc.merge_size = v.spatial_merge_size;
+  pc.temporal_patch_size = v.temporal_patch_size;
+  M3_CHECK(v.num_channels == 3, path, ": images are RGB but vision_config.num_channels is ", v.num_channels);
+  const vision::RgbImage img = vision::decode_image_file(path);
+  vision::PixelValues pv;
+  try {
+    pv = vision::preprocess_image(img, pc);
+  } catch (const Error& e) {
+    fail(path, ": ", e.what());
+  }
+  tokens = tower.merged_tokens(pv.grid);
+  std::fprintf(stderr, "%s: %dx%d, grid_thw %lld %lld %lld, %lld image tokens\n", path.c_str(), img.width, img.height,
+               (long long)pv.grid.t, (long long)pv.grid.h, (long long)pv.grid.w, (long long)tokens);
+  return tower.forward(pv);
+}
+
+}  // namespace
+
 void register_logits(CLI::App& app) {
   struct Args {
-    std::string model, tokens, tokens_file, text, out;
+    std::string model, tokens, tokens_file, text, out, vision_out, tokens_out;
+    std::vector<std::string> images;
+    std::string vision_rope = "neox";
     int chunk = 0, decode_from = -1, threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -29,26 +64,79 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--chunk", a->chunk, "Prefill chunk size (default: all tokens in one pass)")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-from", a->decode_from, "Prefill the first K tokens, then decode one by one")->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("--image", a->images, "Image file (repeatable; needs --text, one ]<]image[>[ per image or none)");
+  cmd->add_option("--vision-out", a->vision_out, "With --image: write the merged vision embeddings [N, hidden] (.npy)");
+  cmd->add_option("--vision-rope", a->vision_rope,
+                  "3D RoPE of the vision tower: neox (spec §5.4, 26/26/26+2) or hf-interleaved (experimental, 26/26/28)")
+      ->check(CLI::IsMember({"neox", "hf-interleaved"}))
+      ->capture_default_str();
+  cmd->add_option("--tokens-out", a->tokens_out, "Write the token ids that were run (comma-separated)");
   cmd->callback([a] {
     auto engine = Engine::load(a->model, a->threads);
     std::vector<int32_t> ids;
-    if (!a->tokens.empty()) ids = parse_ids(a->tokens, "--tokens");
-    else if (!a->tokens_file.empty()) ids = read_ids_file(a->tokens_file);
-    else ids = engine->tokenizer->encode(a->text);
+    // Input embeddings (T, hidden) when images are given; else the model embeds the ids itself.
+    std::vector<float> x;
+    const int64_t H = engine->config.text.hidden_size;
+    if (!a->images.empty()) {
+      M3_CHECK(engine->config.vision.has_value(), a->model,
+               ": --image needs a checkpoint with a vision tower, but config.json has no vision_config");
+      M3_CHECK(a->tokens.empty() && a->tokens_file.empty(), "--image needs --text (not --tokens/--tokens-file)");
+      vision::VisionTower tower(engine->config, engine->store, *engine->pool,
+                                a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded
+                                                         : vision::VisionRopeVariant::InterleavedHf);
+      std::vector<std::vector<float>> emb;
+      std::vector<int64_t> counts;
+      for (const std::string& path : a->images) {
+        int64_t n = 0;
+        emb.push_back(image_embeddings(tower, path, n));
+        counts.push_back(n);
+      }
+      const vision::ImagePrompt prompt = vision::build_image_prompt(*engine->tokenizer, a->text, counts);
+      ids = prompt.ids;
+      x.resize(ids.size() * size_t(H));
+      engine->model->embed(ids.data(), int64_t(ids.size()), x.data());
+      vision::place_image_embeddings(prompt, emb, H, x.data());
+      if (!a->vision_out.empty()) {
+        std::vector<float> all;
+        for (const auto& e : emb) all.insert(all.end(), e.begin(), e.end());
+        write_npy_f32(a->vision_out, all.data(), {int64_t(all.size()) / H, H});
+      }
+    } else {
+      M3_CHECK(a->vision_out.empty(), "--vision-out needs --image");
+      if (!a->tokens.empty()) ids = parse_ids(a->tokens, "--tokens");
+      else if (!a->tokens_file.empty()) ids = read_ids_file(a->tokens_file);
+      else ids = engine->tokenizer->encode(a->text);
+    }
     M3_CHECK(!ids.empty(), "no tokens to run");
+    if (!a->tokens_out.empty()) {
+      std::ofstream f(a->tokens_out);
+      for (size_t i = 0; i < ids.size(); ++i) f << (i ? "," : "") << ids[i];
+      f << "\n";
+      M3_CHECK(f.good(), a->tokens_out, ": write failed");
+    }
     const int64_t T = int64_t(ids.size()), V = engine->model->vocab_size();
     const int64_t K = a->decode_from < 0 ? T : std::min<int64_t>(a->decode_from, T);
     const int chunk = a->chunk > 0 ? a->chunk : int(std::max<int64_t>(K, 1));
 
     KvCache cache(engine->model->cache_shape());
     std::vector<float> all(size_t(T * V)), part;
-    if (K > 0) {
-      prefill(*engine->model, cache, ids.data(), K, chunk, LogitsFor::All, part);
-      std::copy(part.begin(), part.end(), all.begin());
-    }
-    for (int64_t i = K; i < T; ++i) {
-      engine->model->forward(cache, ids.data() + i, 1, LogitsFor::Last, part);
-      std::copy(part.begin(), part.end(), all.begin() + i * V);
+    if (!x.empty()) {
+      // Same schedule from embeddings: chunks of `chunk` rows up to K, then one row at a time.
+      for (int64_t i = 0; i < T;) {
+        const int64_t m = i < K ? std::min<int64_t>(chunk, K - i) : 1;
+        engine->model->forward_embeddings(cache, x.data() + i * H, m, LogitsFor::All, part);
+        std::copy(part.begin(), part.end(), all.begin() + i * V);
+        i += m;
+      }
+    } else {
+      if (K > 0) {
+        prefill(*engine->model, cache, ids.data(), K, chunk, LogitsFor::All, part);
+        std::copy(part.begin(), part.end(), all.begin());
+      }
+      for (int64_t i = K; i < T; ++i) {
+        engine->model->forward(cache, ids.data() + i, 1, LogitsFor::Last, part);
+        std::copy(part.begin(), part.end(), all.begin() + i * V);
+      }
     }
     write_npy_f32(a->out, all.data(), {T, V});
     std::fprintf(stderr, "wrote %s [%lld, %lld]\n", a->out.c_str(), (long long)T, (long long)V);
