@@ -1,7 +1,19 @@
+// matmul: y[M, N] = x[M, K] · W[N, K]ᵀ, fp32 math on weights read in place (BF16/F16/F32).
+//
+// The summation order of every output is fixed (matmul_tile.h): it never depends on M, on which
+// rows of x are present, on the thread count or on the blocking, so chunked prefill, decode and
+// one-shot prefill give the same bits for the same token. This file packs x into the lane order,
+// cuts the work into tiles and runs the tile kernels of the path the CPU supports.
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <memory>
 #include <vector>
+
+#include "base/error.h"
+#include "kernels/matmul_tile.h"
 
 namespace m3 {
 
@@ -55,33 +67,357 @@ void matmul_ref(const float* x, int64_t M, const WeightMatrix& w, float* y) {
     }
 }
 
+namespace matmul_detail {
 namespace {
 
-void matmul_rows(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const WeightMatrix& w,
-                 float* y) {
-  const int64_t K = w.cols, N = w.rows;
-  // Grain: enough output columns per task that widening a row is amortised over M dot products.
-  pool.parallel_for(N, [&](int64_t n0, int64_t n1) {
-    std::vector<float> wrow(static_cast<size_t>(K));
-    for (int64_t n = n0; n < n1; ++n) {
-      w.row_to_f32(n, wrow.data());
-      for (int64_t m = 0; m < M; ++m) {
-        const float* xr = x + (rows ? int64_t(rows[m]) : m) * K;
-        y[m * N + n] = dot_f32(xr, wrow.data(), K);
+int64_t round_up(int64_t v, int64_t to) { return (v + to - 1) / to * to; }
+
+// ---- The generic path: plain C++ in the same lane order (multiply, then add). ----
+
+// Block kb of a weight row as the two 16-lane vectors of the lane order; elements past K are 0.
+void widen_block(DType t, const uint8_t* row, int64_t K, int64_t kb, float* w0, float* w1) {
+  const int64_t k0 = kb * kBlock;
+  const int64_t n = std::min<int64_t>(kBlock, K - k0);
+  if (t == DType::F32) {
+    float f[kBlock] = {};
+    std::memcpy(f, row + 4 * k0, size_t(n) * 4);
+    std::memcpy(w0, f, sizeof(float) * kLanes);
+    std::memcpy(w1, f + kLanes, sizeof(float) * kLanes);
+    return;
+  }
+  uint16_t h[kBlock] = {};  // +0 in both 16-bit formats
+  std::memcpy(h, row + 2 * k0, size_t(n) * 2);
+  for (int l = 0; l < kLanes; ++l) {
+    if (t == DType::BF16) {
+      w0[l] = bf16_to_f32(h[2 * l]);
+      w1[l] = bf16_to_f32(h[2 * l + 1]);
+    } else {
+      w0[l] = f16_to_f32(h[l]);
+      w1[l] = f16_to_f32(h[kLanes + l]);
+    }
+  }
+}
+
+// One multiply-add of the generic path. Where the build targets a fused multiply-add (FP_FAST_FMAF,
+// e.g. -march=native) it is used explicitly, and the generic path then equals the SIMD paths bit for
+// bit; for plain x86-64 it is a multiply, then an add (the compiler cannot fuse what the target
+// lacks). Either way every tile computes each output the same way.
+inline float madd(float a, float b, float c) {
+#ifdef FP_FAST_FMAF
+  return std::fma(a, b, c);
+#else
+  return c + a * b;
+#endif
+}
+
+float reduce16(const float* a) {
+  float s8[8], s4[4], s2[2];
+  for (int i = 0; i < 8; ++i) s8[i] = a[i] + a[i + 8];
+  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
+  for (int i = 0; i < 2; ++i) s2[i] = s4[i] + s4[i + 2];
+  return s2[0] + s2[1];
+}
+
+constexpr int kGenericMr = 4, kGenericNr = 4;
+
+void generic_run(DType t, int mr, int nr, const TileArgs& a) {
+  float acc[kGenericMr][kGenericNr][kLanes] = {};
+  float w0[kLanes], w1[kLanes];
+  for (int64_t kb = 0; kb * kBlock < a.K; ++kb)
+    for (int j = 0; j < nr; ++j) {
+      widen_block(t, a.w + j * a.w_stride, a.K, kb, w0, w1);
+      for (int m = 0; m < mr; ++m) {
+        const float* xb = a.x + m * a.x_stride + kb * a.x_block_stride;
+        float* s = acc[m][j];
+        for (int l = 0; l < kLanes; ++l) s[l] = madd(xb[l], w0[l], s[l]);
+        for (int l = 0; l < kLanes; ++l) s[l] = madd(xb[kLanes + l], w1[l], s[l]);
       }
     }
-  }, 16);
+  for (int m = 0; m < mr; ++m)
+    for (int j = 0; j < nr; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
+}
+
+void generic_run_panel(int mr, int nr, const PanelArgs& a) {
+  float acc[kGenericMr][kGenericNr][kLanes];
+  for (int m = 0; m < mr; ++m)
+    for (int j = 0; j < nr; ++j)
+      for (int l = 0; l < kLanes; ++l) acc[m][j][l] = a.resume ? a.lanes[(m * nr + j) * kLanes + l] : 0.0f;
+  for (int64_t b = 0; b < a.blocks; ++b)
+    for (int j = 0; j < nr; ++j) {
+      const float* wb = a.panel + (b * nr + j) * kBlock;
+      for (int m = 0; m < mr; ++m) {
+        const float* xb = a.x + m * a.x_stride + b * a.x_block_stride;
+        float* s = acc[m][j];
+        for (int l = 0; l < kLanes; ++l) s[l] = madd(xb[l], wb[l], s[l]);
+        for (int l = 0; l < kLanes; ++l) s[l] = madd(xb[kLanes + l], wb[kLanes + l], s[l]);
+      }
+    }
+  for (int m = 0; m < mr; ++m)
+    for (int j = 0; j < nr; ++j) {
+      if (a.y != nullptr) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
+      else std::memcpy(a.lanes + (m * nr + j) * kLanes, acc[m][j], sizeof acc[m][j]);
+    }
+}
+
+void generic_widen_rows(DType t, const uint8_t* w, int64_t row_bytes, int rows, int64_t K, int64_t kb0, int64_t kb1,
+                        float* panel) {
+  for (int j = 0; j < rows; ++j)
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+      float* out = panel + ((kb - kb0) * rows + j) * kBlock;
+      widen_block(t, w + j * row_bytes, K, kb, out, out + kLanes);
+    }
+}
+
+constexpr TileKernels kGeneric{"generic",          kGenericMr, {0, kGenericNr, kGenericNr, kGenericNr, kGenericNr},
+                               &generic_run,       kGenericMr, kGenericNr,
+                               &generic_run_panel, &generic_widen_rows};
+
+// ---- Packing x into the lane order ----
+
+// One row of x into the lane order, block b at out + b * block_stride.
+void pack_row(const float* x, int64_t K, DType t, float* out, int64_t block_stride) {
+  const int64_t full = K / kBlock;
+  for (int64_t b = 0; b < full; ++b) {
+    const float* xb = x + b * kBlock;
+    float* ob = out + b * block_stride;
+    if (t == DType::BF16) {
+      for (int l = 0; l < kLanes; ++l) {
+        ob[l] = xb[2 * l];
+        ob[kLanes + l] = xb[2 * l + 1];
+      }
+    } else {
+      std::memcpy(ob, xb, kBlock * sizeof(float));
+    }
+  }
+  if (full * kBlock < K) {
+    const float* xb = x + full * kBlock;
+    float* ob = out + full * block_stride;
+    std::fill_n(ob, kBlock, 0.0f);
+    for (int64_t e = 0; e < K - full * kBlock; ++e) ob[t == DType::BF16 ? (e & 1) * kLanes + e / 2 : e] = xb[e];
+  }
+}
+
+// Per-thread scratch that only grows (the packed x, the saved lanes of blocked tiles), 64-byte aligned.
+// It is a cache, not state: every call overwrites what it reads.
+float* thread_scratch(int slot, size_t floats) {
+  struct Buffer {
+    std::unique_ptr<float[]> data;
+    size_t capacity = 0;
+  };
+  thread_local Buffer buffers[3];
+  Buffer& b = buffers[slot];
+  floats = std::max<size_t>(floats, 1);
+  if (b.capacity < floats) {
+    b.data.reset();
+    b.data.reset(new float[floats + 16]);
+    b.capacity = floats;
+  }
+  const uintptr_t p = reinterpret_cast<uintptr_t>(b.data.get());
+  return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
+}
+
+const TileKernels& kernels_for(CpuPath path) {
+  M3_CHECK(cpu_path_supported(path), "matmul: this CPU cannot run the ", cpu_path_name(path), " kernels");
+  const TileKernels* k = nullptr;
+  if (path == CpuPath::Avx512) k = avx512_tile_kernels();
+  if (path == CpuPath::Avx2) k = avx2_tile_kernels();
+  if (path == CpuPath::Generic) k = &kGeneric;
+  M3_CHECK(k != nullptr, "matmul: the ", cpu_path_name(path), " kernels are not in this build");
+  return *k;
+}
+
+// Rows of x per tile (also the tile height of the packed x) for a batch of mrows rows.
+int tile_rows(const TileKernels& kern, const MatmulPlan& plan, int64_t mrows) {
+  return int(std::min<int64_t>(plan.blocked ? kern.panel_mr : kern.max_mr, mrows));
+}
+
+// Weight rows [n0, n1) against the packed rows xp[0, mrows): y rows are mrows, N apart.
+void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp, int64_t mrows,
+               const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+  const int64_t N = w.rows, K = w.cols;
+  const int64_t KB = (K + kBlock - 1) / kBlock, K32 = KB * kBlock;
+  const int64_t row_bytes = K * int64_t(dtype_size(w.dtype));
+  const int mr = tile_rows(kern, plan, mrows);
+  // The packed tile of x that starts at row m (a multiple of mr).
+  auto x_tile = [&](int64_t m) { return xp + m * K32; };
+  auto x_block_stride = [&](int64_t m) { return std::min<int64_t>(mr, mrows - m) * kBlock; };
+
+  if (!plan.blocked || KB == 0) {
+    // Direct tiles over all of K (decode). The hardware prefetcher keeps up with a few long
+    // sequential streams but not with many short ones, so the range is cut into `streams`
+    // contiguous runs of rows, and a tile takes one row from each run: every run is then read
+    // front to back, row after row, while the tile still has independent FMA chains.
+    const int streams =
+        int(std::min<int64_t>({int64_t(kern.nr_for_mr[mr]), std::max<int64_t>(plan.streams, 1), n1 - n0}));
+    const int64_t run = (n1 - n0) / streams;
+    auto tile = [&](int64_t n, int nt, int64_t row_step) {
+      for (int64_t m = 0; m < mrows; m += mr) {
+        TileArgs a;
+        a.x = x_tile(m);
+        a.x_stride = kBlock;
+        a.x_block_stride = x_block_stride(m);
+        a.w = w.data + n * row_bytes;
+        a.w_stride = row_step * row_bytes;
+        a.K = K;
+        a.y = y + m * N + n;
+        a.y_stride = N;
+        a.y_col_stride = row_step;
+        kern.run(w.dtype, int(std::min<int64_t>(mr, mrows - m)), nt, a);
+      }
+    };
+    for (int64_t r = 0; r < run; ++r) tile(n0 + r, streams, run);
+    for (int64_t n = n0 + streams * run; n < n1; ++n) tile(n, 1, 1);  // fewer than `streams` rows left
+    return;
+  }
+
+  // Panel tiles (a batch of rows): nr weight rows (row_step apart) are widened a chunk of kc_blocks
+  // blocks at a time into an fp32 panel, which every mr-row tile of an mc-row block of x then runs
+  // over before the next chunk; tiles save their lanes between chunks.
+  const int pmr = mr, pnr = kern.panel_nr;
+  const int64_t mc = round_up(std::max<int64_t>(plan.mc, 1), pmr);
+  const int64_t nc = plan.weights_outer ? pnr : round_up(std::max<int64_t>(plan.nc, 1), pnr);
+  const int64_t kcb = std::max<int64_t>(plan.kc_blocks, 1);
+  const int64_t tiles_m = mc / pmr, tile_floats = int64_t(pmr) * pnr * kLanes;
+  const int block_bytes = kBlock * int(dtype_size(w.dtype));
+  float* lanes = thread_scratch(1, size_t(mc * nc * kLanes));
+  float* panel = thread_scratch(2, size_t(pnr * kcb * kBlock));
+
+  // Blocks [kb0, kb0 + kcb) of the nt rows n, n + row_step, ... (lanes slot column jt) against x
+  // rows [mc0, mc1). While the first tile runs, `next` (the source of the panel after this one,
+  // nullptr if none) is prefetched, so that streaming weights from memory overlaps the arithmetic.
+  auto chunk = [&](int64_t n, int nt, int64_t row_step, int64_t jt, int64_t mc0, int64_t mc1, int64_t kb0,
+                   const uint8_t* next) {
+    const int64_t kb1 = std::min(kb0 + kcb, KB);
+    kern.widen_rows(w.dtype, w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
+    for (int64_t m = mc0, it = 0; m < mc1; m += pmr, ++it) {
+      PanelArgs a;
+      a.x = x_tile(m) + kb0 * x_block_stride(m);
+      a.x_stride = kBlock;
+      a.x_block_stride = x_block_stride(m);
+      a.panel = panel;
+      a.blocks = kb1 - kb0;
+      a.lanes = lanes + (jt * tiles_m + it) * tile_floats;
+      a.resume = kb0 > 0;
+      a.y = kb1 == KB ? y + m * N + n : nullptr;
+      a.y_stride = N;
+      a.y_col_stride = row_step;
+      if (it == 0 && next != nullptr) {  // (prefetches never fault: overshooting the matrix is harmless)
+        a.prefetch = next;
+        a.prefetch_stride = row_step * row_bytes;
+        a.prefetch_block_bytes = block_bytes;
+      }
+      kern.run_panel(int(std::min<int64_t>(pmr, mc1 - m)), nt, a);
+    }
+  };
+
+  if (plan.weights_outer) {
+    // Few rows of x (all in L2): every weight is read once, chunk after chunk along its row. As for
+    // direct tiles, a panel takes one row from each of nr contiguous runs, so that the weights
+    // arrive as nr long sequential streams.
+    const int64_t run = (n1 - n0) / pnr;
+    auto rows = [&](int64_t n, int nt, int64_t row_step, bool more) {
+      for (int64_t mc0 = 0; mc0 < mrows; mc0 += mc)
+        for (int64_t kb0 = 0; kb0 < KB; kb0 += kcb) {
+          const bool last = kb0 + kcb >= KB;
+          const uint8_t* next = !last ? w.data + n * row_bytes + (kb0 + kcb) * block_bytes
+                                : more ? w.data + (n + 1) * row_bytes
+                                       : nullptr;
+          chunk(n, nt, row_step, 0, mc0, std::min(mc0 + mc, mrows), kb0, next);
+        }
+    };
+    for (int64_t r = 0; r < run; ++r) rows(n0 + r, pnr, run, r + 1 < run);
+    if (n0 + pnr * run < n1) rows(n0 + pnr * run, int(n1 - n0 - pnr * run), 1, false);
+    return;
+  }
+
+  // Many rows: per chunk of K, the x block (mc rows) stays in L2 while every panel of an nc-row
+  // block of weights passes through L1.
+  for (int64_t nc0 = n0; nc0 < n1; nc0 += nc) {
+    const int64_t nc1 = std::min(nc0 + nc, n1);
+    for (int64_t mc0 = 0; mc0 < mrows; mc0 += mc) {
+      const int64_t mc1 = std::min(mc0 + mc, mrows);
+      for (int64_t kb0 = 0; kb0 < KB; kb0 += kcb)
+        for (int64_t n = nc0, jt = 0; n < nc1; n += pnr, ++jt) {
+          const uint8_t* next = n + pnr < n1 ? w.data + (n + pnr) * row_bytes + kb0 * block_bytes : nullptr;
+          chunk(n, int(std::min<int64_t>(pnr, nc1 - n)), 1, jt, mc0, mc1, kb0, next);
+        }
+    }
+  }
 }
 
 }  // namespace
 
+MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
+  // Measured on Zen 5 (docs: `m3 bench matmul`); the results do not depend on any of these.
+  const TileKernels* k = path == CpuPath::Avx512 ? avx512_tile_kernels()
+                         : path == CpuPath::Avx2 ? avx2_tile_kernels()
+                                                 : &kGeneric;
+  MatmulPlan p;
+  p.m_chunk = 256;
+  const int64_t rows = std::min(M, p.m_chunk);
+  // Up to a few dozen rows, direct tiles over all of K: each weight is streamed from memory once,
+  // widened in registers, and found in cache by the other tiles of rows. More runs give a tile more
+  // reuse of x, fewer keep the memory streams few: 4 for one row, else 6.
+  p.streams = M <= 1 ? 4 : 6;
+  // From then on, widening each weight chunk once into an fp32 panel pays for itself.
+  p.blocked = k != nullptr && rows >= 32;
+  // While all of x fits in L2 with room to spare, each weight row is streamed once, front to back.
+  p.weights_outer = rows * round_up(K, kBlock) * int64_t(sizeof(float)) <= (512 << 10);
+  p.kc_blocks = 32;  // 1024 of K: a 6-row fp32 panel is 24 KiB (L1), a 64-row x block 256 KiB (L2)
+  p.mc = 64;
+  p.nc = 48;
+  (void)N;
+  return p;
+}
+
+void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
+                int64_t M, const WeightMatrix& w, float* y) {
+  const TileKernels& kern = kernels_for(path);
+  M3_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::F32,
+           "matmul: weights must be BF16, F16 or F32, not ", dtype_name(w.dtype));
+  const int64_t N = w.rows, K = w.cols;
+  if (M <= 0 || N <= 0) return;
+  const int64_t K32 = round_up(K, kBlock);
+  const int64_t chunk = plan.m_chunk > 0 ? plan.m_chunk : M;
+  for (int64_t c0 = 0; c0 < M; c0 += chunk) {
+    const int64_t mrows = std::min(chunk, M - c0);
+    float* xp = thread_scratch(0, size_t(mrows * K32));
+    // Tile-major: each tile of mr rows is one contiguous stream of blocks (mr rows side by side).
+    const int mr = tile_rows(kern, plan, mrows);
+    auto pack = [&](int64_t m0, int64_t m1) {
+      for (int64_t m = m0; m < m1; ++m) {
+        const int64_t tile = m / mr * mr, height = std::min<int64_t>(mr, mrows - tile);
+        pack_row(x + (rows ? int64_t(rows[c0 + m]) : c0 + m) * K, K, w.dtype, xp + tile * K32 + (m - tile) * kBlock,
+                 height * kBlock);
+      }
+    };
+    if (mrows * K32 >= (1 << 16)) pool.parallel_for(mrows, pack, std::max<int64_t>(1, (1 << 15) / K32));
+    else pack(0, mrows);
+
+    // Contiguous ranges of weight rows per thread, each worth at least ~2^17 multiply-adds.
+    const int64_t grain = std::max<int64_t>(kern.nr_for_mr[mr], (int64_t(1) << 17) / std::max<int64_t>(mrows * K32, 1));
+    float* yc = y + c0 * N;
+    pool.parallel_for(N, [&](int64_t n0, int64_t n1) { run_range(kern, plan, xp, mrows, w, yc, n0, n1); }, grain);
+  }
+}
+
+const TileKernels& generic_tile_kernels() { return kGeneric; }
+
+}  // namespace matmul_detail
+
+const char* matmul_kernel_name() { return cpu_path_name(cpu_active_path()); }
+
 void matmul(ThreadPool& pool, const float* x, int64_t M, const WeightMatrix& w, float* y) {
-  matmul_rows(pool, x, nullptr, M, w, y);
+  const CpuPath path = cpu_active_path();
+  matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, M, w.rows, w.cols), pool, x, nullptr, M,
+                            w, y);
 }
 
 void matmul_gather(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const WeightMatrix& w,
                    float* y) {
-  matmul_rows(pool, x, rows, M, w, y);
+  const CpuPath path = cpu_active_path();
+  matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, M, w.rows, w.cols), pool, x, rows, M,
+                            w, y);
 }
 
 }  // namespace m3

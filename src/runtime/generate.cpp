@@ -46,7 +46,8 @@ GenerateStats generate(TextModel& model, KvCache& cache, const std::vector<int32
   t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     if (i > 0) model.forward(cache, &history.back(), 1, LogitsFor::Last, logits);
-    const int32_t next = sampler.sample(logits.data(), model.vocab_size(), history);
+    const int vocab = opt.sample_vocab > 0 ? std::min(opt.sample_vocab, model.vocab_size()) : model.vocab_size();
+    const int32_t next = sampler.sample(logits.data(), vocab, history);
     history.push_back(next);
     ++st.generated_tokens;
     const bool stop = std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();

@@ -15,6 +15,9 @@ struct GenerateOptions {
   int max_new_tokens = 64;
   int prefill_chunk = 512;            // tokens per prefill forward pass
   std::vector<int32_t> stop_tokens;   // e.g. the end-of-turn token "[e~["
+  // Sample only ids below this (the tokenizer's size: embedding rows past it, like M3's padding
+  // ids 200061-200063, have no text). 0: the whole vocabulary.
+  int sample_vocab = 0;
   SamplingParams sampling;
 };
 

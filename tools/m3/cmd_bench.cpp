@@ -13,6 +13,7 @@
 namespace m3::cli {
 
 void register_bench_attention(CLI::App* bench);
+void register_bench_matmul(CLI::App* bench);
 
 std::vector<long long> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<long long> out;
@@ -41,7 +42,7 @@ void register_bench(CLI::App& app) {
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: whole model (-m), or `bench attention`");
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: whole model (-m), `bench attention` or `bench matmul`");
   cmd->require_subcommand(0, 1);
   cmd->add_option("-m,--model", a->model, "Model folder");
   cmd->add_option("-p,--prompt", a->p, "Prefill tokens per pp test")->capture_default_str()->check(CLI::PositiveNumber);
@@ -52,9 +53,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_flag("--json", a->json, "Print JSON lines instead of a markdown table");
   register_bench_attention(cmd);
+  register_bench_matmul(cmd);
   cmd->callback([a, cmd] {
     if (!cmd->get_subcommands().empty()) return;  // a bench subcommand ran
-    M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (bench attention)");
+    M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (bench attention, bench matmul)");
     const std::vector<long long> depths = parse_int_list(a->depths, "--depths");
     auto engine = Engine::load(a->model, a->threads);
     TextModel& model = *engine->model;

@@ -48,6 +48,7 @@ void register_generate(CLI::App& app) {
     opt.max_new_tokens = a->n;
     opt.prefill_chunk = a->chunk;
     opt.sampling = a->s;
+    opt.sample_vocab = engine->tokenizer->vocab_size();
     if (!a->ignore_eos)
       if (auto eos = engine->tokenizer->token_id("[e~[")) opt.stop_tokens.push_back(*eos);
 

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Reproduces the tables of docs/BENCHMARKS.md on this machine (minutes; run on an idle machine).
+# Usage: scripts/bench.sh [OUTPUT_FILE]   (default: bench-results.md)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-bench-results.md}"
+bash scripts/build.sh release
+m3=./build/release/m3
+for preset in tiny small; do
+  [ -f "models/$preset/config.json" ] || $m3 make-checkpoint --preset "$preset" --seed 1 --out "models/$preset"
+done
+{
+  echo "# m3 bench results ($(date -u +%Y-%m-%d), $(nproc) threads)"
+  echo
+  echo '## Attention layer: MSA vs dense'
+  echo
+  echo '```'
+  echo "$m3 bench attention --shapes m3,tiny"
+  echo '```'
+  $m3 bench attention --shapes m3,tiny
+  echo
+  echo '## Whole model'
+  echo
+  for preset in tiny small; do
+    echo '```'
+    echo "$m3 bench -m models/$preset -p 512 -n 128 -d 0,16384,65536"
+    echo '```'
+    $m3 bench -m "models/$preset" -p 512 -n 128 -d 0,16384,65536
+    echo
+  done
+} | tee "$out"

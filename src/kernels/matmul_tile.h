@@ -1,0 +1,112 @@
+#pragma once
+// Internals shared by matmul.cpp and the per-ISA tile kernels (matmul_avx512.cpp, matmul_avx2.cpp).
+//
+// The summation order, which every path keeps so that results never depend on the batch size M,
+// on which rows are present, on the thread count or on how the work is blocked:
+//   * K is cut into blocks of 32. Each output y[m,n] owns 16 fp32 lanes. Block b adds, per lane l,
+//     first x[p0(l)]·w[p0(l)] and then x[p1(l)]·w[p1(l)] (one FMA each, in that order, blocks in
+//     increasing order), where for BF16 weights p0(l) = 32b+2l, p1(l) = 32b+2l+1 (the even and odd
+//     elements: a BF16 pair widens to fp32 with a shift and a mask), and for F16/F32 weights
+//     p0(l) = 32b+l, p1(l) = 32b+16+l. Elements past K count as 0·0.
+//   * The 16 lanes are then summed by a fixed tree: s8[i] = a[i]+a[i+8], s4[i] = s8[i]+s8[i+4],
+//     s2[i] = s4[i]+s4[i+2], y = s2[0]+s2[1].
+// x is first packed into that lane order (zero-padded to a multiple of 32), so every kernel reads
+// x and W with plain vector loads. The AVX-512 and AVX2 kernels both use FMA and give bit-identical
+// results (AVX2 holds the 16 lanes in two registers). The generic path multiplies and adds
+// separately on plain x86-64 (no FMA instruction there), so it agrees with them only to rounding;
+// built for a target with FMA (FP_FAST_FMAF) it fuses too and agrees bit for bit.
+// Panel tiles stop after a chunk of blocks and resume from their saved lanes: blocking over K
+// changes nothing either.
+#include <cstdint>
+
+#include "base/dtype.h"
+#include "base/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/weight_matrix.h"
+
+namespace m3::matmul_detail {
+
+constexpr int kBlock = 32;  // K elements per block
+constexpr int kLanes = 16;  // fp32 partial sums per output
+
+// Packed x is tile-major: for each tile of rows, block after block, the tile's rows side by side
+// (32 floats each). A tile reads row m of block b at x + b * x_block_stride + m * x_stride.
+//
+// Two kinds of tile, same arithmetic:
+//  * direct tiles widen the weights in registers as they stream them, over all of K (decode and
+//    small batches: each weight is read from memory once; further tiles of rows find it in cache);
+//  * panel tiles read weights that widen_rows already widened into a small fp32 panel in L1
+//    (prefill: the panel is reused by every mr-row tile of an mc-row block of x, so the widening
+//    leaves the inner loop, which is then nothing but loads and FMAs).
+
+// A direct tile: y[m, j] for mr rows of packed x and nr weight rows, over all of K.
+struct TileArgs {
+  const float* x = nullptr;    // packed x of the tile (block 0)
+  int64_t x_stride = 0;        // floats between rows of a block (32)
+  int64_t x_block_stride = 0;  // floats between blocks (32 * rows of the tile)
+  const uint8_t* w = nullptr;  // the tile's first weight row; rows w_stride bytes apart (any distance)
+  int64_t w_stride = 0;
+  int64_t K = 0;               // row length: block K/32 is partial when K % 32 != 0
+  float* y = nullptr;          // y[m * y_stride + j * y_col_stride] = output (m, j)
+  int64_t y_stride = 0;
+  int64_t y_col_stride = 1;
+};
+
+// A panel tile: like a direct tile, but the weights of blocks [0, blocks) come widened, block-major:
+// panel[(b * nr + j) * 32 + i] is element i of the lane order (pass 0 then pass 1) of block b, row j.
+struct PanelArgs {
+  const float* x = nullptr;  // packed x of the tile at the panel's first block
+  int64_t x_stride = 0;
+  int64_t x_block_stride = 0;
+  const float* panel = nullptr;
+  int64_t blocks = 0;
+  float* lanes = nullptr;  // saved lanes [mr][nr][16]: read when resume, written unless y is set
+  bool resume = false;     // start from `lanes` instead of zero
+  float* y = nullptr;      // when set (last chunk): reduce and write as for direct tiles
+  int64_t y_stride = 0;
+  int64_t y_col_stride = 1;
+  // When set: weight bytes to pull toward the cache while computing (the next panel's source), one
+  // `prefetch_block_bytes` block per panel row per block, rows prefetch_stride bytes apart.
+  const uint8_t* prefetch = nullptr;
+  int64_t prefetch_stride = 0;
+  int prefetch_block_bytes = 0;
+};
+
+// A path's kernels. Direct tiles exist for mr <= max_mr and nr <= nr_for_mr[mr]; panel tiles for
+// mr <= panel_mr and nr <= panel_nr.
+struct TileKernels {
+  const char* name;
+  int max_mr;
+  int nr_for_mr[5];  // index 1..max_mr; non-increasing
+  void (*run)(DType dtype, int mr, int nr, const TileArgs& args);
+  int panel_mr, panel_nr;
+  void (*run_panel)(int mr, int nr, const PanelArgs& args);
+  // Widens blocks [kb0, kb1) of `rows` weight rows (row_bytes apart, K elements each) into a
+  // panel with rows j = 0..rows-1 (the layout of PanelArgs, nr = rows).
+  void (*widen_rows)(DType dtype, const uint8_t* w, int64_t row_bytes, int rows, int64_t K, int64_t kb0,
+                     int64_t kb1, float* panel);
+};
+
+// nullptr when the binary was built for a target without that path (non-x86).
+const TileKernels* avx512_tile_kernels();
+const TileKernels* avx2_tile_kernels();
+const TileKernels& generic_tile_kernels();
+
+// How matmul cuts the work; tests force small blocks to check that blocking changes nothing.
+struct MatmulPlan {
+  bool blocked = false;   // false: direct tiles over all of K (small M); true: panel tiles
+  int streams = 4;        // direct tiles: contiguous runs of weight rows read side by side
+  int64_t mc = 0;         // rows of x per block (rounded up to a multiple of the tile's mr)
+  int64_t nc = 0;         // weight rows per block (rounded up to a multiple of the tile's nr)
+  int64_t kc_blocks = 0;  // 32-blocks of K per block
+  bool weights_outer = false;  // per weight panel all K chunks in turn (else per K chunk all panels)
+  int64_t m_chunk = 0;    // rows of x packed and run at once (bounds the packed copy); 0: all
+};
+
+MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K);
+
+// The whole product on one path with one plan: y[i] = x[rows ? rows[i] : i] · Wᵀ.
+void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
+                int64_t M, const WeightMatrix& w, float* y);
+
+}  // namespace m3::matmul_detail

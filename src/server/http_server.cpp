@@ -1,0 +1,496 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <random>
+
+#include "base/error.h"
+#include "chat/chat_template.h"
+#include "chat/output_parser.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "server/api_error.h"
+#include "server/metrics.h"
+#include "server/prefix_cache.h"
+#include "server/request.h"
+#include "server/stop_strings.h"
+#include "server/worker.h"
+
+namespace m3::server {
+
+namespace {
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+
+// What one request's HTTP thread and the engine worker share. The worker pushes SSE events (or
+// sets the final body); the HTTP thread writes them and sets `cancelled` when the client is gone.
+struct Exchange {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> events;
+  bool done = false;
+  int status = 200;
+  std::string body;
+  std::atomic<bool> cancelled{false};
+
+  void push(std::string e) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      events.push_back(std::move(e));
+    }
+    cv.notify_all();
+  }
+  void finish(int st, std::string b) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      status = st;
+      body = std::move(b);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
+enum class Endpoint { Chat, Completion };
+
+// One generation, prepared on the HTTP thread, executed on the worker.
+struct Job {
+  Endpoint endpoint = Endpoint::Chat;
+  std::vector<int32_t> prompt;
+  std::string forced_text;  // already in `prompt`; fed to the output parser first
+  bool opens_reasoning = false;
+  Json tools;
+  bool parse_tools = true;
+  GenerationParams gen;
+  int64_t max_tokens = 0;
+  std::string id, model;
+  int64_t created = 0;
+};
+
+std::string random_hex(size_t n) {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lk(mu);
+  static const char* digits = "0123456789abcdef";
+  std::string s(n, '0');
+  for (auto& c : s) c = digits[rng() % 16];
+  return s;
+}
+
+uint64_t random_seed() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> lk(mu);
+  return rng();
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+int64_t now_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+void send_json(httplib::Response& res, int status, const Json& j) {
+  res.status = status;
+  res.set_content(dump(j), "application/json");
+}
+
+void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+
+class Server {
+ public:
+  explicit Server(const ServerOptions& o) : opt_(o) {
+    engine_ = Engine::load(o.model_dir, o.threads);
+    const int64_t max_pos = engine_->config.text.max_position_embeddings;
+    ctx_ = o.ctx > 0 ? o.ctx : std::min<int64_t>(32768, max_pos > 0 ? max_pos : 32768);
+    if (max_pos > 0) M3_CHECK(ctx_ <= max_pos, "--ctx ", ctx_, " exceeds the model's max_position_embeddings ", max_pos);
+    M3_CHECK(o.prefill_chunk > 0, "--chunk must be > 0");
+    eot_ = engine_->tokenizer->require_token(chat::kTurnEnd);
+    model_name_ = o.model_name;
+    if (model_name_.empty()) {
+      std::filesystem::path p(o.model_dir);
+      if (!p.has_filename()) p = p.parent_path();
+      model_name_ = p.filename().string();
+      if (model_name_.empty()) model_name_ = "m3";
+    }
+    cache_ = std::make_unique<PrefixCache>(engine_->model->cache_shape(), o.cache_mb << 20);
+    worker_ = std::make_unique<Worker>([this](int64_t w, int64_t r) { metrics_.set_queue(w, r); });
+  }
+
+  void serve() {
+    httplib::Server http;
+    const size_t nthreads = size_t(std::max(4, opt_.http_threads));
+    http.new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
+    http.set_payload_max_length(opt_.max_body_bytes);
+    http.set_read_timeout(60);
+    http.set_write_timeout(60);
+
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (opt_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+      const std::string auth = req.get_header_value("Authorization");
+      if (auth != "Bearer " + opt_.api_key) {
+        send_json(res, 401,
+                  error_body(auth.empty() ? "missing API key: send \"Authorization: Bearer KEY\"" : "invalid API key",
+                             "invalid_request_error", {}, "invalid_api_key"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
+      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+      if (res.status == 404) {
+        send_json(res, 404, error_body("unknown path: " + req.method + " " + req.path, "invalid_request_error", {}, "not_found"));
+      } else if (res.status == 413) {
+        send_json(res, 413,
+                  error_body(str_cat("request body larger than the limit of ", opt_.max_body_bytes, " bytes (--max-body-bytes)"),
+                             "invalid_request_error", {}, "request_too_large"));
+      } else {
+        send_json(res, res.status, error_body(str_cat("HTTP ", res.status), res.status >= 500 ? "server_error" : "invalid_request_error"));
+      }
+      return httplib::Server::HandlerResponse::Handled;
+    }));
+    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+      std::string what = "internal error";
+      try {
+        if (ep) std::rethrow_exception(ep);
+      } catch (const std::exception& e) {
+        what = std::string("internal error: ") + e.what();
+      } catch (...) {
+      }
+      send_json(res, 500, error_body(what, "server_error"));
+    });
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+      static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+      std::string ep = "other";
+      for (const char* k : known)
+        if (req.path == k) ep = k;
+      metrics_.count_request(ep, res.status);
+      std::fprintf(stderr, "m3 serve: %s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
+    });
+
+    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, Json{{"status", "ok"}}); });
+    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+      res.set_content(metrics_.render(), "text/plain; version=0.0.4");
+    });
+    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+      Json m = {{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "m3.cpp"},
+                {"context_length", ctx_}};
+      send_json(res, 200, Json{{"object", "list"}, {"data", Json::array({m})}});
+    });
+    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle(req, res, Endpoint::Chat);
+    });
+    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+      handle(req, res, Endpoint::Completion);
+    });
+
+    int port = opt_.port;
+    if (port == 0) {
+      port = http.bind_to_any_port(opt_.host);
+      M3_CHECK(port > 0, "cannot bind ", opt_.host, " on any port");
+    } else {
+      M3_CHECK(http.bind_to_port(opt_.host, port), "cannot bind ", opt_.host, ":", port, " (in use, or not an address of this machine)");
+    }
+    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d threads, prefix cache %llu MiB\n", model_name_.c_str(),
+                 (long long)ctx_, engine_->pool->size(), (unsigned long long)opt_.cache_mb);
+    std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), port);
+    std::fflush(stderr);
+    M3_CHECK(http.listen_after_bind(), "the HTTP server stopped unexpectedly");
+  }
+
+ private:
+  void handle(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+    std::shared_ptr<Job> job;
+    try {
+      job = prepare(req.body, endpoint);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+      return;
+    }
+    auto ex = std::make_shared<Exchange>();
+    worker_->submit([this, job, ex] { execute(*job, *ex); });
+    if (!job->gen.stream) {
+      std::unique_lock<std::mutex> lk(ex->mu);
+      ex->cv.wait(lk, [&] { return ex->done; });
+      res.status = ex->status;
+      res.set_content(ex->body, "application/json");
+      return;
+    }
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [ex](size_t, httplib::DataSink& sink) {
+          std::unique_lock<std::mutex> lk(ex->mu);
+          for (;;) {
+            ex->cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return !ex->events.empty() || ex->done; });
+            while (!ex->events.empty()) {
+              std::string e = std::move(ex->events.front());
+              ex->events.pop_front();
+              lk.unlock();
+              if (!sink.write(e.data(), e.size())) {
+                ex->cancelled = true;
+                return false;
+              }
+              lk.lock();
+            }
+            if (ex->done) {
+              lk.unlock();
+              sink.done();
+              return true;
+            }
+            if (sink.is_writable && !sink.is_writable()) {
+              ex->cancelled = true;
+              return false;
+            }
+          }
+        },
+        [ex](bool) { ex->cancelled = true; });
+  }
+
+  // Parses, renders and tokenizes the request (HTTP thread; the tokenizer is thread-safe).
+  std::shared_ptr<Job> prepare(const std::string& body, Endpoint endpoint) {
+    const Json j = parse_json_body(body);
+    auto job = std::make_shared<Job>();
+    job->endpoint = endpoint;
+    job->created = now_seconds();
+    const Tokenizer& tok = *engine_->tokenizer;
+    if (endpoint == Endpoint::Chat) {
+      ChatRequest r = parse_chat_request(j, random_seed());
+      chat::RenderedPrompt prompt;
+      try {
+        chat::ChatTemplateOptions topt;
+        topt.thinking_mode = r.thinking_mode;
+        prompt = chat::render_chat(r.messages, r.tools, topt);
+      } catch (const Error& e) {
+        throw ApiError(400, e.what(), param_of_error_message(e.what()));
+      }
+      if (!prompt.media.empty()) {
+        const auto& m = prompt.media.front();
+        throw ApiError(400, "image and video parts are not supported by m3 serve yet",
+                       str_cat("messages[", m.message_index, "].content[", m.part_index, "]"), "unsupported_content");
+      }
+      job->prompt = chat::tokenize(tok, prompt);
+      job->opens_reasoning = prompt.opens_reasoning;
+      job->forced_text = forced_tool_prefix(r.tool_choice, r.thinking_mode);
+      if (!job->forced_text.empty()) {
+        const auto forced = tok.encode(job->forced_text, /*allow_special=*/true);
+        job->prompt.insert(job->prompt.end(), forced.begin(), forced.end());
+      }
+      job->tools = r.tools;
+      job->parse_tools = r.tool_choice.kind != ToolChoiceKind::None;
+      job->gen = std::move(r.gen);
+      job->id = "chatcmpl-" + random_hex(24);
+    } else {
+      CompletionRequest r = parse_completion_request(j, random_seed());
+      // A raw prompt: control tokens written in it are matched (it is the caller's own markup).
+      job->prompt = tok.encode(r.prompt, /*allow_special=*/true);
+      job->gen = std::move(r.gen);
+      job->id = "cmpl-" + random_hex(24);
+    }
+    const int64_t n = int64_t(job->prompt.size());
+    const char* param = endpoint == Endpoint::Chat ? "messages" : "prompt";
+    if (n == 0) throw ApiError(400, "the prompt is empty", param);
+    if (n >= ctx_)
+      throw ApiError(400,
+                     str_cat("the prompt is ", n, " tokens but the context is ", ctx_,
+                             " tokens (including at least one generated token); shorten the ", param, " or start the server with a larger --ctx"),
+                     param, "context_length_exceeded");
+    job->max_tokens = std::min<int64_t>(job->gen.max_tokens.value_or(ctx_ - n), ctx_ - n);
+    job->model = job->gen.model.empty() ? model_name_ : job->gen.model;
+    return job;
+  }
+
+  Json base_object(const Job& job, const char* object) const {
+    return Json{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", job.model}};
+  }
+
+  // Runs on the worker thread.
+  void execute(const Job& job, Exchange& ex) {
+    if (ex.cancelled) {
+      metrics_.count_cancelled();
+      ex.finish(499, "");
+      return;
+    }
+    const bool chat = job.endpoint == Endpoint::Chat;
+    const bool stream = job.gen.stream;
+    const Tokenizer& tok = *engine_->tokenizer;
+
+    chat::OutputParserOptions popt;
+    popt.starts_in_reasoning = job.opens_reasoning;
+    popt.parse_tool_calls = job.parse_tools;
+    popt.tools = job.tools;
+    chat::OutputParser parser(popt);
+    std::string text;  // completions: the whole output
+
+    auto chunk = [&](Json delta_or_text, const Json& finish_reason) {
+      Json c = base_object(job, chat ? "chat.completion.chunk" : "text_completion");
+      Json choice = {{"index", 0}};
+      if (chat) choice["delta"] = std::move(delta_or_text);
+      else choice["text"] = std::move(delta_or_text);
+      choice["logprobs"] = nullptr;
+      choice["finish_reason"] = finish_reason;
+      c["choices"] = Json::array({choice});
+      ex.push(sse(c));
+    };
+    auto emit_deltas = [&](const std::vector<chat::ChatDelta>& ds) {
+      if (stream)
+        for (const auto& d : ds) chunk(d.to_json(), nullptr);
+    };
+    auto emit_text = [&](const std::string& s) {
+      if (s.empty()) return;
+      if (chat) {
+        emit_deltas(parser.push(s));
+      } else {
+        text += s;
+        if (stream) chunk(s, nullptr);
+      }
+    };
+
+    if (stream && chat) chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr);
+    if (chat && !job.forced_text.empty()) emit_deltas(parser.push(job.forced_text));
+
+    std::unique_ptr<KvCache> cache;
+    std::vector<int32_t> generated;
+    bool hit_eot = false, hit_stop = false, cancelled = false;
+    double prefill_seconds = 0, decode_seconds = 0;
+    int64_t reused = 0, prefilled = 0;
+    try {
+      auto lease = cache_->acquire(job.prompt);
+      cache = std::move(lease.cache);
+      reused = lease.reused;
+      const std::vector<int32_t> rest(job.prompt.begin() + reused, job.prompt.end());
+      prefilled = int64_t(rest.size());
+
+      // The loop of runtime/generate.cpp, except that sampling is limited to ids the tokenizer
+      // can decode (the model's vocabulary may be padded past them) and the whole prompt is the
+      // repetition-penalty history.
+      TextModel& model = *engine_->model;
+      const int sample_vocab = std::min(tok.vocab_size(), model.vocab_size());
+      StreamingDecoder decoder(tok);
+      StopStringFilter stops(job.gen.stop);
+      std::vector<float> logits;
+      auto t0 = std::chrono::steady_clock::now();
+      prefill(model, *cache, rest.data(), int64_t(rest.size()), opt_.prefill_chunk, LogitsFor::Last, logits);
+      prefill_seconds = seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      Sampler sampler(job.gen.sampling);
+      std::vector<int32_t> history(job.prompt);
+      for (int64_t i = 0; i < job.max_tokens; ++i) {
+        if (ex.cancelled) {
+          cancelled = true;
+          break;
+        }
+        if (i > 0) model.forward(*cache, &history.back(), 1, LogitsFor::Last, logits);
+        const int32_t id = sampler.sample(logits.data(), sample_vocab, history);
+        history.push_back(id);
+        generated.push_back(id);
+        if (id == eot_ && !job.gen.ignore_eos) {
+          hit_eot = true;
+          break;
+        }
+        emit_text(stops.push(decoder.push(id)));
+        if (stops.stopped()) {
+          hit_stop = true;
+          break;
+        }
+      }
+      decode_seconds = seconds_since(t0);
+      if (!cancelled && !hit_stop) {
+        emit_text(stops.push(decoder.flush()));
+        if (stops.stopped()) hit_stop = true;
+        else emit_text(stops.finish());
+      }
+      if (chat) emit_deltas(parser.finish());
+    } catch (const std::exception& e) {
+      const Json err = error_body(std::string("generation failed: ") + e.what(), "server_error");
+      if (stream) {
+        ex.push(sse(err));
+        ex.push("data: [DONE]\n\n");
+        ex.finish(500, "");
+      } else {
+        ex.finish(500, dump(err));
+      }
+      return;  // the cache's contents are unknown: dropped
+    }
+
+    // The cache holds the prompt and every generated token but the last (never fed back).
+    std::vector<int32_t> held(job.prompt);
+    held.insert(held.end(), generated.begin(), generated.end());
+    cache_->release(std::move(cache), std::move(held));
+    metrics_.set_prefix_cache(int64_t(cache_->entries()), cache_->bytes());
+
+    const int64_t prompt_tokens = int64_t(job.prompt.size()), completion_tokens = int64_t(generated.size());
+    metrics_.count_generation(prompt_tokens, reused, completion_tokens, prefilled, prefill_seconds,
+                              std::max<int64_t>(0, completion_tokens - 1), decode_seconds);
+    if (cancelled) {
+      metrics_.count_cancelled();
+      ex.finish(499, "");
+      return;
+    }
+
+    std::string finish_reason = hit_eot || hit_stop ? "stop" : "length";
+    if (chat) {
+      const auto& msg = parser.message();
+      if (!msg.tool_calls.empty() && !msg.tool_call_truncated) finish_reason = "tool_calls";
+    }
+    Json usage = {{"prompt_tokens", prompt_tokens},
+                  {"completion_tokens", completion_tokens},
+                  {"total_tokens", prompt_tokens + completion_tokens},
+                  {"prompt_tokens_details", {{"cached_tokens", reused}}}};
+    if (stream) {
+      chunk(chat ? Json::object() : Json(""), finish_reason);
+      if (job.gen.include_usage) {
+        Json u = base_object(job, chat ? "chat.completion.chunk" : "text_completion");
+        u["choices"] = Json::array();
+        u["usage"] = usage;
+        ex.push(sse(u));
+      }
+      ex.push("data: [DONE]\n\n");
+      ex.finish(200, "");
+      return;
+    }
+    Json r = base_object(job, chat ? "chat.completion" : "text_completion");
+    Json choice = {{"index", 0}};
+    if (chat) {
+      Json m = parser.message().to_json();
+      if (!m.contains("content")) m["content"] = nullptr;
+      choice["message"] = std::move(m);
+    } else {
+      choice["text"] = text;
+    }
+    choice["logprobs"] = nullptr;
+    choice["finish_reason"] = finish_reason;
+    r["choices"] = Json::array({choice});
+    r["usage"] = usage;
+    ex.finish(200, dump(r));
+  }
+
+  ServerOptions opt_;
+  std::unique_ptr<Engine> engine_;
+  int64_t ctx_ = 0;
+  int32_t eot_ = 0;
+  std::string model_name_;
+  int64_t started_ = now_seconds();
+  Metrics metrics_;
+  std::unique_ptr<PrefixCache> cache_;
+  std::unique_ptr<Worker> worker_;  // last: its thread stops before the rest is destroyed
+};
+
+}  // namespace
+
+void run_server(const ServerOptions& options) {
+  Server s(options);
+  s.serve();
+}
+
+}  // namespace m3::server

@@ -1,0 +1,27 @@
+#pragma once
+// `m3 serve`: an OpenAI-compatible HTTP server over one loaded model (docs/SERVER.md).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace m3::server {
+
+struct ServerOptions {
+  std::string model_dir;
+  std::string model_name;        // id in /v1/models and responses; default: the folder's name
+  std::string host = "127.0.0.1";
+  int port = 8080;               // 0: any free port (printed on stderr)
+  int64_t ctx = 0;               // prompt + completion limit; 0: min(32768, max_position_embeddings)
+  std::string api_key;           // when set, every path but /health needs "Authorization: Bearer KEY"
+  int threads = 0;               // engine threads; 0: all cores
+  size_t max_body_bytes = 8u << 20;
+  uint64_t cache_mb = 2048;      // prefix cache budget (KV pages kept between requests); 0: off
+  int prefill_chunk = 512;
+  int http_threads = 32;
+};
+
+// Loads the model, binds, prints "m3 serve: listening on http://HOST:PORT" on stderr and serves
+// until the process ends. Throws m3::Error when the model cannot be loaded or the port bound.
+void run_server(const ServerOptions& options);
+
+}  // namespace m3::server

@@ -1,0 +1,54 @@
+#pragma once
+// KV reuse across requests: the caches of recent sequences with the tokens they hold, least
+// recently used first out when their pages exceed a memory budget. A new prompt reuses the
+// longest cached prefix, cut down to a whole MSA block (and to at most prompt length - 1, so
+// at least one token is prefilled and yields the first logits); only the rest is prefilled.
+//
+// Reuse is exact: the engine computes a token's K/V the same way whatever ran before it in the
+// cache (see docs/ARCHITECTURE.md), so logits with reuse equal logits without.
+//
+// When the prompt extends an entry (reuse reaches into its last whole block), the entry itself is
+// taken over and truncated; otherwise the reused blocks are copied so the other sequence (e.g. a
+// different conversation sharing the system prompt) stays cached. Not thread-safe: the engine
+// worker alone uses it.
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <vector>
+
+#include "runtime/kv_cache.h"
+
+namespace m3::server {
+
+class PrefixCache {
+ public:
+  PrefixCache(KvCacheShape shape, uint64_t budget_bytes);
+
+  struct Lease {
+    std::unique_ptr<KvCache> cache;  // holds exactly prompt[0, reused)
+    int64_t reused = 0;
+  };
+  Lease acquire(const std::vector<int32_t>& prompt);
+  // Returns a cache after a request; `tokens` are the ids whose K/V it holds (length() of them).
+  void release(std::unique_ptr<KvCache> cache, std::vector<int32_t> tokens);
+
+  size_t entries() const { return entries_.size(); }
+  uint64_t bytes() const;
+  uint64_t budget_bytes() const { return budget_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    std::unique_ptr<KvCache> cache;
+  };
+  void evict_to_budget();
+
+  KvCacheShape shape_;
+  uint64_t budget_;
+  std::list<Entry> entries_;  // most recently used first
+};
+
+// A new cache holding the first `tokens` positions of `src` (tokens <= src.length()).
+std::unique_ptr<KvCache> copy_cache_prefix(const KvCache& src, int64_t tokens);
+
+}  // namespace m3::server

@@ -1,0 +1,241 @@
+// matmul on every kernel path this CPU runs, against the float64 reference, and the invariances
+// the model relies on: a row's result does not change with the batch size, the other rows, the
+// thread count, the blocking or gathering (chunked prefill == one-shot prefill == decode).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_tile.h"
+
+using namespace m3;
+using matmul_detail::MatmulPlan;
+
+namespace {
+
+std::vector<float> random_vec(std::mt19937& rng, size_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<uint8_t> to_bytes(const std::vector<float>& v, DType t) {
+  std::vector<uint8_t> out(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(out.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t h = t == DType::BF16 ? f32_to_bf16(v[i]) : f32_to_f16(v[i]);
+      std::memcpy(out.data() + 2 * i, &h, 2);
+    }
+  }
+  return out;
+}
+
+std::vector<CpuPath> supported_paths() {
+  std::vector<CpuPath> paths;
+  for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512})
+    if (cpu_path_supported(p)) paths.push_back(p);
+  return paths;
+}
+
+// A weight matrix with its own storage, exactly N*K elements long (ASan sees any read past it).
+struct TestWeights {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+  TestWeights(std::mt19937& rng, DType t, int64_t N, int64_t K)
+      : bytes(to_bytes(random_vec(rng, size_t(N * K), 0.1f), t)), w{t, bytes.data(), N, K} {}
+};
+
+std::vector<float> run(CpuPath path, ThreadPool& pool, const std::vector<float>& x, int64_t M, const WeightMatrix& w,
+                       const MatmulPlan* plan = nullptr, const int32_t* rows = nullptr) {
+  std::vector<float> y(size_t(M * w.rows), std::numeric_limits<float>::quiet_NaN());
+  const MatmulPlan p = plan ? *plan : matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
+  matmul_detail::matmul_run(path, p, pool, x.data(), rows, M, w, y.data());
+  return y;
+}
+
+// Plans that cut the work into many small blocks, to check that blocking changes no bit.
+std::vector<MatmulPlan> plans() {
+  std::vector<MatmulPlan> out;
+  MatmulPlan p;
+  p.blocked = false;
+  for (int streams : {1, 3, 8}) {
+    p.streams = streams;
+    out.push_back(p);  // direct tiles over all of K, rows taken from `streams` runs
+  }
+  p.blocked = true;  // panel tiles
+  p.mc = 8;
+  p.nc = 12;
+  p.kc_blocks = 1;
+  p.m_chunk = 5;
+  p.weights_outer = false;
+  out.push_back(p);  // every block saved and resumed
+  p.weights_outer = true;
+  out.push_back(p);
+  p.mc = 64;
+  p.nc = 48;
+  p.kc_blocks = 3;
+  p.m_chunk = 0;
+  out.push_back(p);
+  p.weights_outer = false;
+  out.push_back(p);
+  return out;
+}
+
+std::string label(CpuPath path, DType t, int64_t M, int64_t N, int64_t K) {
+  return std::string(cpu_path_name(path)) + " " + std::string(dtype_name(t)) + " M=" + std::to_string(M) +
+         " N=" + std::to_string(N) + " K=" + std::to_string(K);
+}
+
+const DType kDtypes[] = {DType::BF16, DType::F16, DType::F32};
+
+}  // namespace
+
+TEST(Matmul, ReportsItsKernel) {
+  const std::string name = matmul_kernel_name();
+  EXPECT_TRUE(name == "avx512" || name == "avx2" || name == "generic") << name;
+  EXPECT_TRUE(cpu_path_supported(cpu_active_path()));
+  EXPECT_EQ(parse_cpu_path("avx2"), CpuPath::Avx2);
+  EXPECT_FALSE(parse_cpu_path("sse9").has_value());
+  std::printf("matmul kernels here: %s (best %s)\n", name.c_str(), cpu_path_name(cpu_best_path()));
+}
+
+TEST(Matmul, EveryPathMatchesTheReference) {
+  std::mt19937 rng(11);
+  ThreadPool pool(3);
+  const std::tuple<int64_t, int64_t> shapes[] = {{1, 1}, {7, 17}, {37, 31}, {20, 33}, {45, 100}, {13, 300}, {70, 1057}};
+  for (CpuPath path : supported_paths())
+    for (DType t : kDtypes)
+      for (auto [N, K] : shapes) {
+        TestWeights tw(rng, t, N, K);
+        for (int64_t M : {1, 2, 3, 5, 16, 33, 64}) {
+          if (K > 300 && M > 16 && path == CpuPath::Generic) continue;  // slow path, fewer sizes
+          const auto x = random_vec(rng, size_t(M * K));
+          std::vector<float> yr(size_t(M * N));
+          matmul_ref(x.data(), M, tw.w, yr.data());
+          for (const MatmulPlan& plan : plans()) {
+            const auto y = run(path, pool, x, M, tw.w, &plan);
+            // fp32 sums of K products in 16 lanes: error within ~(K/16 + 8) ulps of sum |x·w|.
+            for (int64_t m = 0; m < M; ++m)
+              for (int64_t n = 0; n < N; ++n) {
+                double mag = 0;
+                for (int64_t k = 0; k < K; ++k) mag += std::fabs(double(x[size_t(m * K + k)]) * tw.w.at(n, k));
+                const double tol = (double(K) / 16 + 8) * 1.2e-7 * mag + 1e-30;
+                const size_t i = size_t(m * N + n);
+                ASSERT_NEAR(y[i], yr[i], tol) << label(path, t, M, N, K) << " m=" << m << " n=" << n;
+              }
+          }
+        }
+      }
+}
+
+TEST(Matmul, RowResultDoesNotDependOnBatchThreadsOrBlocking) {
+  std::mt19937 rng(12);
+  ThreadPool p1(1), p2(2), p3(3);
+  for (CpuPath path : supported_paths())
+    for (DType t : kDtypes)
+      for (auto [N, K] : {std::tuple<int64_t, int64_t>{53, 1100}, {97, 64}, {30, 700}}) {
+        TestWeights tw(rng, t, N, K);
+        const int64_t M = 64;
+        const auto x = random_vec(rng, size_t(M * K));
+        const auto want = run(path, p1, x, M, tw.w);
+        const std::string where = label(path, t, M, N, K);
+        // Thread counts, and every plan, on the whole batch.
+        EXPECT_EQ(run(path, p2, x, M, tw.w), want) << where << " 2 threads";
+        EXPECT_EQ(run(path, p3, x, M, tw.w), want) << where << " 3 threads";
+        for (const MatmulPlan& plan : plans()) EXPECT_EQ(run(path, p3, x, M, tw.w, &plan), want) << where << " plan";
+        // The batch cut into chunks of awkward sizes (chunked prefill), and row by row (decode).
+        for (int64_t chunk : {1, 2, 3, 5, 16, 33}) {
+          for (int64_t m0 = 0; m0 < M; m0 += chunk) {
+            const int64_t rows = std::min(chunk, M - m0);
+            const std::vector<float> xs(x.begin() + m0 * K, x.begin() + (m0 + rows) * K);
+            const auto y = run(path, chunk == 5 ? p1 : p2, xs, rows, tw.w);
+            for (int64_t i = 0; i < rows * N; ++i)
+              ASSERT_EQ(y[size_t(i)], want[size_t(m0 * N + i)]) << where << " chunk " << chunk << " at row " << m0;
+          }
+        }
+      }
+}
+
+TEST(Matmul, SimdPathsAgreeBitForBit) {
+  // AVX2 keeps the 16 lanes of AVX-512 in two registers: same FMAs, same order, same bits.
+  if (!cpu_path_supported(CpuPath::Avx512)) GTEST_SKIP() << "no AVX-512 here";
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  for (DType t : kDtypes)
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 40, 4096}, {5, 33, 77}, {64, 50, 1030}}) {
+      TestWeights tw(rng, t, N, K);
+      const auto x = random_vec(rng, size_t(M * K));
+      const auto want = run(CpuPath::Avx512, pool, x, M, tw.w);
+      EXPECT_EQ(run(CpuPath::Avx2, pool, x, M, tw.w), want) << label(CpuPath::Avx2, t, M, N, K);
+#ifdef FP_FAST_FMAF  // the generic path fuses its multiply-adds only when the build targets FMA
+      EXPECT_EQ(run(CpuPath::Generic, pool, x, M, tw.w), want) << label(CpuPath::Generic, t, M, N, K);
+#endif
+    }
+}
+
+TEST(Matmul, GatherEqualsTheSameRowsComputedDirectly) {
+  std::mt19937 rng(14);
+  ThreadPool pool(2);
+  for (CpuPath path : supported_paths())
+    for (DType t : kDtypes) {
+      const int64_t M = 40, N = 37, K = 333;
+      TestWeights tw(rng, t, N, K);
+      const auto x = random_vec(rng, size_t(M * K));
+      const std::vector<int32_t> rows = {39, 0, 4, 4, 17, 2, 38, 11, 5};
+      const auto full = run(path, pool, x, M, tw.w);
+      const auto y = run(path, pool, x, int64_t(rows.size()), tw.w, nullptr, rows.data());
+      for (size_t i = 0; i < rows.size(); ++i)
+        for (int64_t n = 0; n < N; ++n)
+          ASSERT_EQ(y[i * N + size_t(n)], full[size_t(rows[i]) * N + size_t(n)]) << label(path, t, M, N, K);
+      // And through the public entry point.
+      std::vector<float> yp(rows.size() * N), fp(size_t(M * N));
+      matmul_gather(pool, x.data(), rows.data(), int64_t(rows.size()), tw.w, yp.data());
+      matmul(pool, x.data(), M, tw.w, fp.data());
+      for (size_t i = 0; i < rows.size(); ++i)
+        for (int64_t n = 0; n < N; ++n) ASSERT_EQ(yp[i * N + size_t(n)], fp[size_t(rows[i]) * N + size_t(n)]);
+    }
+}
+
+TEST(Matmul, NeverReadsPastARow) {
+  // Row 1 is all infinities: if a row-0 tail read spilled into it, y[:, 0] would not be finite.
+  ThreadPool pool(1);
+  for (CpuPath path : supported_paths())
+    for (DType t : kDtypes)
+      for (int64_t K : {1, 17, 33, 47}) {
+        std::vector<float> wf(size_t(2 * K), 0.5f);
+        for (int64_t k = K; k < 2 * K; ++k) wf[size_t(k)] = std::numeric_limits<float>::infinity();
+        const auto bytes = to_bytes(wf, t);
+        const WeightMatrix w{t, bytes.data(), 2, K};
+        const std::vector<float> x(size_t(3 * K), 1.0f);
+        const auto y = run(path, pool, x, 3, w);
+        for (int m = 0; m < 3; ++m) {
+          EXPECT_EQ(y[size_t(m * 2)], 0.5f * float(K)) << label(path, t, 3, 2, K);
+          EXPECT_TRUE(std::isinf(y[size_t(m * 2 + 1)]));
+        }
+      }
+}
+
+TEST(Matmul, EmptyShapes) {
+  ThreadPool pool(2);
+  std::vector<uint8_t> bytes(64, 0);
+  for (CpuPath path : supported_paths()) {
+    const WeightMatrix none{DType::BF16, bytes.data(), 3, 0};  // K = 0: every output is 0
+    std::vector<float> x(1, 1.0f);
+    const auto y = run(path, pool, x, 2, none);
+    for (float v : y) EXPECT_EQ(v, 0.0f);
+    const WeightMatrix w{DType::BF16, bytes.data(), 2, 4};
+    EXPECT_NO_THROW(matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, 0, 2, 4), pool,
+                                              x.data(), nullptr, 0, w, nullptr));
+  }
+}

@@ -1,0 +1,95 @@
+// The prefix cache is exact on a real (tiny, random) model: logits after reusing cached blocks
+// equal logits of a cold prefill, bit for bit, both when an entry is taken over (next turn) and
+// when its blocks are copied (another conversation sharing a prefix).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "model/random_checkpoint.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "server/prefix_cache.h"
+
+namespace {
+
+struct TinyModel {
+  std::unique_ptr<m3::Engine> engine;
+  TinyModel() {
+    // Per process: the release and the sanitizer builds may run this test at the same time.
+    dir = testing::TempDir() + "/m3_server_prefix_cache_tiny_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir);
+    m3::RandomCheckpointOptions o;
+    o.preset = "tiny";
+    o.seed = 1;
+    o.out_dir = dir;
+    m3::make_random_checkpoint(o);
+    engine = m3::Engine::load(dir, 1);
+  }
+  ~TinyModel() {
+    engine.reset();
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+  std::string dir;
+};
+
+std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = int32_t(rng() % uint64_t(vocab));
+  return t;
+}
+
+// Logits of every position of `tokens` from an empty cache: (n, vocab).
+std::vector<float> cold_logits(m3::TextModel& model, const std::vector<int32_t>& tokens) {
+  m3::KvCache cache(model.cache_shape());
+  std::vector<float> logits;
+  m3::prefill(model, cache, tokens.data(), int64_t(tokens.size()), 512, m3::LogitsFor::All, logits);
+  return logits;
+}
+
+}  // namespace
+
+TEST(ServerPrefixCacheModel, ReuseGivesTheSameLogitsAsAColdPrefill) {
+  TinyModel tiny;
+  m3::TextModel& model = *tiny.engine->model;
+  const int V = model.vocab_size();
+  const int B = model.cache_shape().block_size;
+  const int tok_vocab = tiny.engine->tokenizer->vocab_size();
+  const std::vector<int32_t> a = random_tokens(size_t(6 * B + 5), tok_vocab, 7);
+
+  m3::server::PrefixCache pc(model.cache_shape(), 256u << 20);
+  // Turn 1: prefill the first 4 blocks + 3 tokens, then decode 2 tokens one at a time.
+  const size_t turn1 = size_t(4 * B + 3);
+  auto lease = pc.acquire(std::vector<int32_t>(a.begin(), a.begin() + turn1));
+  ASSERT_EQ(lease.reused, 0);
+  std::vector<float> logits;
+  m3::prefill(model, *lease.cache, a.data(), int64_t(turn1), 16, m3::LogitsFor::Last, logits);
+  for (size_t i = turn1; i < turn1 + 2; ++i) model.forward(*lease.cache, &a[i], 1, m3::LogitsFor::Last, logits);
+  pc.release(std::move(lease.cache), std::vector<int32_t>(a.begin(), a.begin() + turn1 + 2));
+
+  // Turn 2 extends turn 1: whole blocks reused, the entry taken over.
+  const std::vector<float> cold = cold_logits(model, a);
+  auto warm = pc.acquire(a);
+  ASSERT_EQ(warm.reused, 4 * B);
+  EXPECT_EQ(pc.entries(), 0u);
+  m3::prefill(model, *warm.cache, a.data() + warm.reused, int64_t(a.size()) - warm.reused, 512, m3::LogitsFor::All, logits);
+  ASSERT_EQ(logits.size(), (a.size() - size_t(warm.reused)) * size_t(V));
+  for (size_t i = 0; i < logits.size(); ++i)
+    ASSERT_EQ(logits[i], cold[size_t(warm.reused) * size_t(V) + i]) << "row " << i / size_t(V) << " col " << i % size_t(V);
+  pc.release(std::move(warm.cache), a);
+
+  // Another sequence sharing 2 blocks + 5 tokens: 2 blocks copied, the long entry kept.
+  std::vector<int32_t> b(a.begin(), a.begin() + 2 * B + 5);
+  const auto tail = random_tokens(size_t(B + 3), tok_vocab, 8);
+  b.insert(b.end(), tail.begin(), tail.end());
+  const std::vector<float> cold_b = cold_logits(model, b);
+  auto shared = pc.acquire(b);
+  ASSERT_EQ(shared.reused, 2 * B);
+  EXPECT_EQ(pc.entries(), 1u);
+  m3::prefill(model, *shared.cache, b.data() + shared.reused, int64_t(b.size()) - shared.reused, 7, m3::LogitsFor::All, logits);
+  for (size_t i = 0; i < logits.size(); ++i)
+    ASSERT_EQ(logits[i], cold_b[size_t(shared.reused) * size_t(V) + i]) << "row " << i / size_t(V);
+}

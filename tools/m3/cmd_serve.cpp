@@ -1,0 +1,28 @@
+// m3 serve: an OpenAI-compatible HTTP server (docs/SERVER.md).
+#include "base/error.h"
+#include "commands.h"
+#include "server/http_server.h"
+
+namespace m3::cli {
+
+void register_serve(CLI::App& app) {
+  auto o = std::make_shared<server::ServerOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  cmd->add_option("-m,--model", o->model_dir, "Model folder")->required();
+  cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
+  cmd->add_option("--port", o->port, "Port (0: any free port, printed on stderr)")->capture_default_str()->check(CLI::Range(0, 65535));
+  cmd->add_option("-c,--ctx", o->ctx, "Context: prompt + completion tokens (default: min(32768, max_position_embeddings))")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--api-key", o->api_key, "Require \"Authorization: Bearer KEY\" on every path but /health");
+  cmd->add_option("-t,--threads", o->threads, "Engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cache-mb", o->cache_mb, "Prefix cache budget in MiB (KV of recent sequences; 0: off)")->capture_default_str();
+  cmd->add_option("-b,--chunk", o->prefill_chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--alias", o->model_name, "Model id reported by /v1/models (default: the folder name)");
+  cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->callback([o] { server::run_server(*o); });
+}
+
+}  // namespace m3::cli
