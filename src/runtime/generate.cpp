@@ -40,7 +40,18 @@ GenerateStats generate(TextModel& model, KvCache& cache, const std::vector<int32
   std::vector<float> logits;
 
   auto t0 = std::chrono::steady_clock::now();
-  prefill(model, cache, prompt.data(), int64_t(prompt.size()), opt.prefill_chunk, LogitsFor::Last, logits, on_prefill);
+  if (opt.prompt_embeddings) {
+    const int64_t n = int64_t(prompt.size()), H = model.config().hidden_size;
+    M3_CHECK(opt.prefill_chunk > 0, "prefill chunk must be > 0, got ", opt.prefill_chunk);
+    for (int64_t i = 0; i < n; i += opt.prefill_chunk) {
+      const int64_t m = std::min<int64_t>(opt.prefill_chunk, n - i);
+      model.forward_embeddings(cache, opt.prompt_embeddings + i * H, m, i + m == n ? LogitsFor::Last : LogitsFor::None,
+                               logits);
+      if (on_prefill) on_prefill(i + m, n);
+    }
+  } else {
+    prefill(model, cache, prompt.data(), int64_t(prompt.size()), opt.prefill_chunk, LogitsFor::Last, logits, on_prefill);
+  }
   st.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();

@@ -18,6 +18,9 @@ struct GenerateOptions {
   // Sample only ids below this (the tokenizer's size: embedding rows past it, like M3's padding
   // ids 200061-200063, have no text). 0: the whole vocabulary.
   int sample_vocab = 0;
+  // (prompt.size(), hidden) input embeddings for a multimodal prompt (see multimodal_prompt.h);
+  // nullptr: embed the prompt ids.
+  const float* prompt_embeddings = nullptr;
   SamplingParams sampling;
 };
 

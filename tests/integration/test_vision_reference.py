@@ -163,7 +163,20 @@ def main():
                f"[{logits.shape[0]}, {logits.shape[1]}], rel err {r:.2e}, min MSA margin {margin:.2g}")
         return ids, logits
 
-    check_run("placeholders", "Compare ]<]image[>[ with ]<]image[>[, please.", imgs, ref_emb)
+    _, ph_logits = check_run("placeholders", "Compare ]<]image[>[ with ]<]image[>[, please.", imgs, ref_emb)
+
+    # m3 generate takes the same images: its greedy first token is the argmax of the last row of the
+    # logits above (over the ids the tokenizer can decode).
+    tok = json.load(open(os.path.join(ck, "tokenizer.json"), encoding="utf-8"))
+    n_tok = max(max(tok["model"]["vocab"].values()), max(t["id"] for t in tok["added_tokens"])) + 1
+    first = int(np.argmax(ph_logits[-1, :n_tok]))
+    g = subprocess.run([M3, "generate", "-m", ck, "-p", "Compare ]<]image[>[ with ]<]image[>[, please.", "-n", "1",
+                        "--ignore-eos", "--image", imgs[0], "--image", imgs[1]], capture_output=True, timeout=600)
+    want_text = subprocess.run([M3, "tokenize", "-m", ck, "--decode", "--text", str(first)], capture_output=True,
+                               timeout=60).stdout.decode("utf-8", errors="replace")
+    got_text = g.stdout.decode("utf-8", errors="replace").rstrip("\n")
+    report("generate --image: greedy token = argmax of the logits path", g.returncode == 0 and got_text == want_text,
+           f"got {got_text!r}, want {want_text!r} (id {first}); {g.stderr.decode(errors='replace').strip()[-200:]}")
     ids, _ = check_run("appended", "What is in this picture?", [imgs[1]], [ref_emb[1]])
     check_run("appended_chunked", "What is in this picture?", [imgs[1]], [ref_emb[1]],
               extra=("--chunk", "5", "--decode-from", str(len(ids) - 4)))

@@ -9,12 +9,14 @@
 #include "read_ids.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "runtime/multimodal_prompt.h"
 
 namespace m3::cli {
 
 void register_generate(CLI::App& app) {
   struct Args {
     std::string model, prompt, prompt_file;
+    std::vector<std::string> images;
     int n = 64, threads = 0, chunk = 512;
     bool special = false, ignore_eos = false;
     SamplingParams s;
@@ -35,13 +37,22 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--min-p", a->s.min_p, "Min-p (0 = off)")->capture_default_str();
   cmd->add_option("--repeat-penalty", a->s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
   cmd->add_option("--seed", a->s.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--image", a->images, "Image file (repeatable; one ]<]image[>[ in the prompt per image, or none: after the text)");
   cmd->add_flag("--special", a->special, "Parse special tokens in the prompt (e.g. ]~b]user)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-turn token");
   cmd->callback([a] {
     a->s.validate();
     auto engine = Engine::load(a->model, a->threads);
     const std::string text = a->prompt_file.empty() ? a->prompt : read_text_file(a->prompt_file);
-    const std::vector<int32_t> prompt = engine->tokenizer->encode(text, a->special);
+    std::vector<int32_t> prompt;
+    MultimodalPrompt mm;
+    if (!a->images.empty()) {
+      M3_CHECK(!a->special, "--special cannot be combined with --image");
+      mm = build_multimodal_prompt(*engine, text, a->images);
+      prompt = mm.ids;
+    } else {
+      prompt = engine->tokenizer->encode(text, a->special);
+    }
     M3_CHECK(!prompt.empty(), "the prompt is empty");
 
     GenerateOptions opt;
@@ -49,6 +60,7 @@ void register_generate(CLI::App& app) {
     opt.prefill_chunk = a->chunk;
     opt.sampling = a->s;
     opt.sample_vocab = engine->tokenizer->vocab_size();
+    if (!mm.embeddings.empty()) opt.prompt_embeddings = mm.embeddings.data();
     if (!a->ignore_eos)
       if (auto eos = engine->tokenizer->token_id("[e~[")) opt.stop_tokens.push_back(*eos);
 

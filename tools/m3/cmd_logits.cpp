@@ -13,37 +13,9 @@
 #include "read_ids.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
-#include "vision/image_decode.h"
-#include "vision/image_prompt.h"
-#include "vision/preprocess.h"
-#include "vision/vision_tower.h"
+#include "runtime/multimodal_prompt.h"
 
 namespace m3::cli {
-
-namespace {
-
-// Decode, preprocess (spec §5.1, sizes from the vision config) and encode one image file.
-std::vector<float> image_embeddings(const vision::VisionTower& tower, const std::string& path, int64_t& tokens) {
-  const VisionConfig& v = tower.config();
-  vision::PreprocessConfig pc;
-  pc.patch_size = v.patch_size;
-  pc.merge_size = v.spatial_merge_size;
-  pc.temporal_patch_size = v.temporal_patch_size;
-  M3_CHECK(v.num_channels == 3, path, ": images are RGB but vision_config.num_channels is ", v.num_channels);
-  const vision::RgbImage img = vision::decode_image_file(path);
-  vision::PixelValues pv;
-  try {
-    pv = vision::preprocess_image(img, pc);
-  } catch (const Error& e) {
-    fail(path, ": ", e.what());
-  }
-  tokens = tower.merged_tokens(pv.grid);
-  std::fprintf(stderr, "%s: %dx%d, grid_thw %lld %lld %lld, %lld image tokens\n", path.c_str(), img.width, img.height,
-               (long long)pv.grid.t, (long long)pv.grid.h, (long long)pv.grid.w, (long long)tokens);
-  return tower.forward(pv);
-}
-
-}  // namespace
 
 void register_logits(CLI::App& app) {
   struct Args {
@@ -81,21 +53,12 @@ void register_logits(CLI::App& app) {
       M3_CHECK(engine->config.vision.has_value(), a->model,
                ": --image needs a checkpoint with a vision tower, but config.json has no vision_config");
       M3_CHECK(a->tokens.empty() && a->tokens_file.empty(), "--image needs --text (not --tokens/--tokens-file)");
-      vision::VisionTower tower(engine->config, engine->store, *engine->pool,
-                                a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded
-                                                         : vision::VisionRopeVariant::InterleavedHf);
-      std::vector<std::vector<float>> emb;
-      std::vector<int64_t> counts;
-      for (const std::string& path : a->images) {
-        int64_t n = 0;
-        emb.push_back(image_embeddings(tower, path, n));
-        counts.push_back(n);
-      }
-      const vision::ImagePrompt prompt = vision::build_image_prompt(*engine->tokenizer, a->text, counts);
-      ids = prompt.ids;
-      x.resize(ids.size() * size_t(H));
-      engine->model->embed(ids.data(), int64_t(ids.size()), x.data());
-      vision::place_image_embeddings(prompt, emb, H, x.data());
+      MultimodalPrompt mm = build_multimodal_prompt(*engine, a->text, a->images,
+                                                    a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded
+                                                                             : vision::VisionRopeVariant::InterleavedHf);
+      ids = std::move(mm.ids);
+      x = std::move(mm.embeddings);
+      const auto& emb = mm.image_features;
       if (!a->vision_out.empty()) {
         std::vector<float> all;
         for (const auto& e : emb) all.insert(all.end(), e.begin(), e.end());
