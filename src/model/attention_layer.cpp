@@ -18,51 +18,57 @@ void norm_and_rope(const ForwardContext& ctx, float* x, int heads, int dim, cons
 
 }  // namespace
 
-void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeights& w, KvCache& cache,
-                       const float* h, float* out) {
+void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeights& w, const float* h, float* out) {
   const TextConfig& cfg = ctx.cfg;
   const int Hq = cfg.num_attention_heads, Hkv = cfg.num_key_value_heads, hd = cfg.head_dim;
+  const int id = cfg.sparse.sparse_index_dim;
   const int64_t R = ctx.rows;
 
-  // q (R, Hq·hd), k/v (R, Hkv·hd)
+  // q (R, Hq·hd), k/v (R, Hkv·hd): one GEMM each over the rows of every sequence.
   std::vector<float> q(static_cast<size_t>(R * Hq * hd)), k(static_cast<size_t>(R * Hkv * hd)), v(static_cast<size_t>(R * Hkv * hd));
   matmul(ctx.pool, h, R, w.q, q.data());
   matmul(ctx.pool, h, R, w.k, k.data());
   matmul(ctx.pool, h, R, w.v, v.data());
   norm_and_rope(ctx, q.data(), Hq, hd, w.q_norm_scale);
   norm_and_rope(ctx, k.data(), Hkv, hd, w.k_norm_scale);
-  for (int64_t i = 0; i < R; ++i)
-    for (int g = 0; g < Hkv; ++g)
-      cache.write_kv(layer, ctx.first_pos + i, g, k.data() + (i * Hkv + g) * hd, v.data() + (i * Hkv + g) * hd);
 
-  AttentionRun run;
-  run.q = q.data();
-  run.first_pos = ctx.first_pos;
-  run.rows = R;
-  run.q_heads = Hq;
-  run.kv_heads = Hkv;
-  run.head_dim = hd;
-  run.index_dim = cfg.sparse.sparse_index_dim;
-  run.topk = cfg.sparse.sparse_topk_blocks;
-
-  // Index branch (MSA layers): iq (R, G·id) with G = Hkv index heads, ik (R, id) into the index-K cache.
-  std::vector<float> iq;
-  BlockSelection sel;
+  // Index branch (MSA layers): iq (R, G·id) with G = Hkv index heads, ik (R, id).
+  std::vector<float> iq, ik;
   if (w.sparse) {
-    const int id = run.index_dim;
     iq.resize(static_cast<size_t>(R * Hkv * id));
-    std::vector<float> ik(static_cast<size_t>(R * id));
+    ik.resize(static_cast<size_t>(R * id));
     matmul(ctx.pool, h, R, w.index_q, iq.data());
     matmul(ctx.pool, h, R, w.index_k, ik.data());
     norm_and_rope(ctx, iq.data(), Hkv, id, w.index_q_norm_scale);
     norm_and_rope(ctx, ik.data(), 1, id, w.index_k_norm_scale);
-    for (int64_t i = 0; i < R; ++i) cache.write_index_k(layer, ctx.first_pos + i, ik.data() + i * id);
-    run.iq = iq.data();
-    msa_select_run(ctx.pool, cache, layer, run, sel);
   }
 
   std::vector<float> attn(static_cast<size_t>(R * Hq * hd));
-  attention_run(ctx.pool, cache, layer, run, w.sparse ? &sel : nullptr, attn.data());
+  for (const SequenceRun& s : ctx.runs) {
+    KvCache& cache = *s.cache;
+    for (int64_t i = s.row0; i < s.row0 + s.rows; ++i) {
+      const int64_t pos = s.first_pos + (i - s.row0);
+      for (int g = 0; g < Hkv; ++g)
+        cache.write_kv(layer, pos, g, k.data() + (i * Hkv + g) * hd, v.data() + (i * Hkv + g) * hd);
+      if (w.sparse) cache.write_index_k(layer, pos, ik.data() + i * id);
+    }
+
+    AttentionRun run;
+    run.q = q.data() + s.row0 * Hq * hd;
+    run.first_pos = s.first_pos;
+    run.rows = s.rows;
+    run.q_heads = Hq;
+    run.kv_heads = Hkv;
+    run.head_dim = hd;
+    run.index_dim = id;
+    run.topk = cfg.sparse.sparse_topk_blocks;
+    BlockSelection sel;
+    if (w.sparse) {
+      run.iq = iq.data() + s.row0 * Hkv * id;
+      msa_select_run(ctx.pool, cache, layer, run, sel);
+    }
+    attention_run(ctx.pool, cache, layer, run, w.sparse ? &sel : nullptr, attn.data() + s.row0 * Hq * hd);
+  }
   matmul(ctx.pool, attn.data(), R, w.o, out);
 }
 

@@ -12,20 +12,30 @@
 
 namespace m3 {
 
-// What one forward pass over a run of consecutive tokens shares across layers.
+// One sequence's run of consecutive tokens inside a forward pass: rows row0 .. row0+rows-1 of the
+// activations are its tokens at positions first_pos .. first_pos+rows-1 of `cache`.
+struct SequenceRun {
+  KvCache* cache = nullptr;
+  int64_t row0 = 0;
+  int64_t rows = 0;
+  int64_t first_pos = 0;
+};
+
+// What one forward pass shares across layers. The rows of several sequences may be stacked
+// (continuous batching): projections, norms and MLP/MoE see all rows at once, attention runs per
+// sequence against its own cache.
 struct ForwardContext {
   ThreadPool& pool;
   const TextConfig& cfg;
-  const RopeTable& rope;  // built for the run's positions
-  int64_t first_pos = 0;  // absolute position of row 0
+  const RopeTable& rope;  // built for every row's position, in row order
+  const std::vector<SequenceRun>& runs;  // in row order, covering all rows
   int64_t rows = 0;
 };
 
-// Attention of a run of tokens at positions first_pos.. (dense GQA or MSA, by the layer's weights).
-// Writes the run's K/V (and index keys) into the cache first, so rows attend to earlier rows.
+// Attention of every run (dense GQA or MSA, by the layer's weights). Writes each run's K/V (and
+// index keys) into its cache first, so rows attend to earlier rows.
 // h (rows, hidden) -> out (rows, hidden)
-void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeights& w, KvCache& cache,
-                       const float* h, float* out);
+void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeights& w, const float* h, float* out);
 
 // SwiGLU-OAI MLP on all rows. x (rows, hidden) -> out (rows, hidden)
 void mlp_forward(const ForwardContext& ctx, const MlpWeights& w, const float* x, float* out);

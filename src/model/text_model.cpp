@@ -1,5 +1,6 @@
 #include "model/text_model.h"
 
+#include <algorithm>
 #include <numeric>
 
 #include "base/error.h"
@@ -34,45 +35,85 @@ void TextModel::embed(const int32_t* tokens, int64_t n, float* x) const {
 
 void TextModel::forward(KvCache& cache, const int32_t* tokens, int64_t n, LogitsFor which,
                         std::vector<float>& logits) {
-  std::vector<float> x(static_cast<size_t>(n * cfg_.hidden_size));
-  embed(tokens, n, x.data());
-  forward_embeddings(cache, x.data(), n, which, logits);
+  forward_batch({BatchInput{&cache, tokens, nullptr, n, which, &logits}});
 }
 
-void TextModel::forward_embeddings(KvCache& cache, const float* x_in, int64_t n, LogitsFor which,
+void TextModel::forward_embeddings(KvCache& cache, const float* x, int64_t n, LogitsFor which,
                                    std::vector<float>& logits) {
-  const int64_t H = cfg_.hidden_size, first = cache.length();
-  M3_CHECK(n > 0, "forward: empty input");
-  M3_CHECK(first + n <= cfg_.max_position_embeddings, "context of ", first + n,
-           " tokens exceeds max_position_embeddings ", cfg_.max_position_embeddings);
-  cache.ensure_capacity(first + n);
+  forward_batch({BatchInput{&cache, nullptr, x, n, which, &logits}});
+}
 
-  std::vector<int64_t> positions(static_cast<size_t>(n));
-  std::iota(positions.begin(), positions.end(), first);
+void TextModel::forward_batch(const std::vector<BatchInput>& inputs) {
+  const int64_t H = cfg_.hidden_size;
+  M3_CHECK(!inputs.empty(), "forward: empty batch");
+  std::vector<SequenceRun> runs;
+  int64_t R = 0;
+  for (size_t b = 0; b < inputs.size(); ++b) {
+    const BatchInput& in = inputs[b];
+    M3_CHECK(in.cache != nullptr && in.n > 0, "forward: empty input for sequence ", b);
+    M3_CHECK((in.tokens != nullptr) != (in.embeddings != nullptr), "forward: sequence ", b,
+             " needs token ids or input embeddings (exactly one)");
+    M3_CHECK(in.which == LogitsFor::None || in.logits != nullptr, "forward: sequence ", b, " has no logits buffer");
+    for (size_t c = 0; c < b; ++c)
+      M3_CHECK(inputs[c].cache != in.cache, "forward: sequences ", c, " and ", b, " share one cache");
+    const int64_t first = in.cache->length();
+    M3_CHECK(first + in.n <= cfg_.max_position_embeddings, "context of ", first + in.n,
+             " tokens exceeds max_position_embeddings ", cfg_.max_position_embeddings);
+    runs.push_back(SequenceRun{in.cache, R, in.n, first});
+    R += in.n;
+  }
+
+  // x is the residual stream (R, H); h the normed input of each sub-block; y its output.
+  std::vector<float> x(static_cast<size_t>(R * H)), h(static_cast<size_t>(R * H)), y(static_cast<size_t>(R * H));
+  std::vector<int64_t> positions(static_cast<size_t>(R));
+  for (size_t b = 0; b < inputs.size(); ++b) {
+    const BatchInput& in = inputs[b];
+    const SequenceRun& s = runs[b];
+    float* xs = x.data() + s.row0 * H;
+    if (in.tokens) embed(in.tokens, in.n, xs);
+    else std::copy(in.embeddings, in.embeddings + in.n * H, xs);
+    std::iota(positions.begin() + s.row0, positions.begin() + s.row0 + s.rows, s.first_pos);
+    in.cache->ensure_capacity(s.first_pos + s.rows);
+  }
   RopeTable rope(cfg_.rope_theta, cfg_.rotary_dim);
-  rope.build(positions.data(), n);
-  ForwardContext ctx{pool_, cfg_, rope, first, n};
+  rope.build(positions.data(), R);
+  ForwardContext ctx{pool_, cfg_, rope, runs, R};
 
-  // x is the residual stream (n, H); h the normed input of each sub-block; y its output.
-  std::vector<float> x(x_in, x_in + n * H), h(static_cast<size_t>(n * H)), y(static_cast<size_t>(n * H));
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& lw = w_.layers[size_t(l)];
-    gemma_rmsnorm(x.data(), lw.input_norm_scale.data(), n, H, cfg_.rms_norm_eps, h.data());
-    attention_forward(ctx, l, lw.attn, cache, h.data(), y.data());
-    for (int64_t i = 0; i < n * H; ++i) x[size_t(i)] += y[size_t(i)];
-    gemma_rmsnorm(x.data(), lw.post_attention_norm_scale.data(), n, H, cfg_.rms_norm_eps, h.data());
+    gemma_rmsnorm(x.data(), lw.input_norm_scale.data(), R, H, cfg_.rms_norm_eps, h.data());
+    attention_forward(ctx, l, lw.attn, h.data(), y.data());
+    for (int64_t i = 0; i < R * H; ++i) x[size_t(i)] += y[size_t(i)];
+    gemma_rmsnorm(x.data(), lw.post_attention_norm_scale.data(), R, H, cfg_.rms_norm_eps, h.data());
     if (lw.is_moe) moe_forward(ctx, lw.moe, h.data(), y.data());
     else mlp_forward(ctx, lw.mlp, h.data(), y.data());
-    for (int64_t i = 0; i < n * H; ++i) x[size_t(i)] += y[size_t(i)];
+    for (int64_t i = 0; i < R * H; ++i) x[size_t(i)] += y[size_t(i)];
   }
-  cache.set_length(first + n);
+  for (const SequenceRun& s : runs) s.cache->set_length(s.first_pos + s.rows);
 
-  if (which == LogitsFor::None) return;
-  const int64_t first_row = which == LogitsFor::Last ? n - 1 : 0;
-  const int64_t rows = n - first_row;
-  gemma_rmsnorm(x.data() + first_row * H, w_.final_norm_scale.data(), rows, H, cfg_.rms_norm_eps, h.data());
-  logits.resize(static_cast<size_t>(rows * cfg_.vocab_size));
-  matmul(pool_, h.data(), rows, w_.lm_head, logits.data());
+  // Final norm and lm_head over the rows that want logits, in one GEMM.
+  std::vector<int64_t> rows;
+  for (size_t b = 0; b < inputs.size(); ++b) {
+    const SequenceRun& s = runs[b];
+    if (inputs[b].which == LogitsFor::Last) rows.push_back(s.row0 + s.rows - 1);
+    if (inputs[b].which == LogitsFor::All)
+      for (int64_t i = 0; i < s.rows; ++i) rows.push_back(s.row0 + i);
+  }
+  if (rows.empty()) return;
+  const int64_t M = int64_t(rows.size()), V = cfg_.vocab_size;
+  std::vector<float> picked(static_cast<size_t>(M * H));
+  for (int64_t i = 0; i < M; ++i)
+    std::copy_n(x.data() + rows[size_t(i)] * H, H, picked.data() + i * H);
+  gemma_rmsnorm(picked.data(), w_.final_norm_scale.data(), M, H, cfg_.rms_norm_eps, h.data());
+  std::vector<float> all(static_cast<size_t>(M * V));
+  matmul(pool_, h.data(), M, w_.lm_head, all.data());
+  int64_t at = 0;
+  for (const BatchInput& in : inputs) {
+    if (in.which == LogitsFor::None) continue;
+    const int64_t m = in.which == LogitsFor::Last ? 1 : in.n;
+    in.logits->assign(all.begin() + at * V, all.begin() + (at + m) * V);
+    at += m;
+  }
 }
 
 }  // namespace m3

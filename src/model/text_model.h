@@ -14,6 +14,17 @@ namespace m3 {
 
 enum class LogitsFor { None, Last, All };
 
+// One sequence's part of a batched forward pass: n tokens (or n rows of input embeddings) appended
+// to `cache` at positions cache->length() .. +n-1.
+struct BatchInput {
+  KvCache* cache = nullptr;
+  const int32_t* tokens = nullptr;     // n ids, or
+  const float* embeddings = nullptr;   // (n, hidden) input embeddings (the multimodal path)
+  int64_t n = 0;
+  LogitsFor which = LogitsFor::Last;
+  std::vector<float>* logits = nullptr;  // (1, vocab) for Last, (n, vocab) for All; unused for None
+};
+
 class TextModel {
  public:
   // Binds the weights in `store` (which must outlive the model).
@@ -28,6 +39,12 @@ class TextModel {
   void forward(KvCache& cache, const int32_t* tokens, int64_t n, LogitsFor which, std::vector<float>& logits);
   // Same from precomputed input embeddings (rows, hidden): the multimodal path.
   void forward_embeddings(KvCache& cache, const float* x, int64_t n, LogitsFor which, std::vector<float>& logits);
+
+  // Continuous batching: the inputs of several sequences (distinct caches) in one pass, so every
+  // weight matrix is read once for all of them. Each sequence's results are bit-identical to
+  // running it alone (the kernels' results do not depend on the number of rows; see
+  // docs/ARCHITECTURE.md).
+  void forward_batch(const std::vector<BatchInput>& inputs);
 
   void embed(const int32_t* tokens, int64_t n, float* x) const;  // x (n, hidden)
 
