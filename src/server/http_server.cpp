@@ -15,65 +15,18 @@
 #include "chat/chat_template.h"
 #include "chat/output_parser.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
 #include "server/api_error.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/stop_strings.h"
-#include "server/worker.h"
+#include "server/scheduler.h"
 
 namespace m3::server {
 
 namespace {
 
 std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
-std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
-
-// What one request's HTTP thread and the engine worker share. The worker pushes SSE events (or
-// sets the final body); the HTTP thread writes them and sets `cancelled` when the client is gone.
-struct Exchange {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::string> events;
-  bool done = false;
-  int status = 200;
-  std::string body;
-  std::atomic<bool> cancelled{false};
-
-  void push(std::string e) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      events.push_back(std::move(e));
-    }
-    cv.notify_all();
-  }
-  void finish(int st, std::string b) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      status = st;
-      body = std::move(b);
-      done = true;
-    }
-    cv.notify_all();
-  }
-};
-
-enum class Endpoint { Chat, Completion };
-
-// One generation, prepared on the HTTP thread, executed on the worker.
-struct Job {
-  Endpoint endpoint = Endpoint::Chat;
-  std::vector<int32_t> prompt;
-  std::string forced_text;  // already in `prompt`; fed to the output parser first
-  bool opens_reasoning = false;
-  Json tools;
-  bool parse_tools = true;
-  GenerationParams gen;
-  int64_t max_tokens = 0;
-  std::string id, model;
-  int64_t created = 0;
-};
 
 std::string random_hex(size_t n) {
   static std::mutex mu;
@@ -92,9 +45,6 @@ uint64_t random_seed() {
   return rng();
 }
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 int64_t now_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -124,7 +74,12 @@ class Server {
       if (model_name_.empty()) model_name_ = "m3";
     }
     cache_ = std::make_unique<PrefixCache>(engine_->model->cache_shape(), o.cache_mb << 20);
-    worker_ = std::make_unique<Worker>([this](int64_t w, int64_t r) { metrics_.set_queue(w, r); });
+    M3_CHECK(o.parallel >= 1, "--parallel must be >= 1, got ", o.parallel);
+    SchedulerOptions so;
+    so.parallel = o.parallel;
+    so.chunk = std::max(o.prefill_chunk, o.parallel);
+    sample_vocab_ = std::min(engine_->tokenizer->vocab_size(), engine_->model->vocab_size());
+    scheduler_ = std::make_unique<Scheduler>(*engine_, *cache_, metrics_, so);
   }
 
   void serve() {
@@ -132,8 +87,10 @@ class Server {
     const size_t nthreads = size_t(std::max(4, opt_.http_threads));
     http.new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
     http.set_payload_max_length(opt_.max_body_bytes);
-    http.set_read_timeout(60);
-    http.set_write_timeout(60);
+    // A client that stops sending its request, or stops reading its stream, is dropped after this
+    // long (its generation is cancelled and its slot freed).
+    http.set_read_timeout(opt_.timeout_seconds);
+    http.set_write_timeout(opt_.timeout_seconds);
 
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (opt_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
@@ -201,8 +158,8 @@ class Server {
     } else {
       M3_CHECK(http.bind_to_port(opt_.host, port), "cannot bind ", opt_.host, ":", port, " (in use, or not an address of this machine)");
     }
-    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d threads, prefix cache %llu MiB\n", model_name_.c_str(),
-                 (long long)ctx_, engine_->pool->size(), (unsigned long long)opt_.cache_mb);
+    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, prefix cache %llu MiB\n",
+                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->pool->size(), (unsigned long long)opt_.cache_mb);
     std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), port);
     std::fflush(stderr);
     M3_CHECK(http.listen_after_bind(), "the HTTP server stopped unexpectedly");
@@ -218,7 +175,7 @@ class Server {
       return;
     }
     auto ex = std::make_shared<Exchange>();
-    worker_->submit([this, job, ex] { execute(*job, *ex); });
+    scheduler_->submit(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_));
     if (!job->gen.stream) {
       std::unique_lock<std::mutex> lk(ex->mu);
       ex->cv.wait(lk, [&] { return ex->done; });
@@ -310,171 +267,6 @@ class Server {
     return job;
   }
 
-  Json base_object(const Job& job, const char* object) const {
-    return Json{{"id", job.id}, {"object", object}, {"created", job.created}, {"model", job.model}};
-  }
-
-  // Runs on the worker thread.
-  void execute(const Job& job, Exchange& ex) {
-    if (ex.cancelled) {
-      metrics_.count_cancelled();
-      ex.finish(499, "");
-      return;
-    }
-    const bool chat = job.endpoint == Endpoint::Chat;
-    const bool stream = job.gen.stream;
-    const Tokenizer& tok = *engine_->tokenizer;
-
-    chat::OutputParserOptions popt;
-    popt.starts_in_reasoning = job.opens_reasoning;
-    popt.parse_tool_calls = job.parse_tools;
-    popt.tools = job.tools;
-    chat::OutputParser parser(popt);
-    std::string text;  // completions: the whole output
-
-    auto chunk = [&](Json delta_or_text, const Json& finish_reason) {
-      Json c = base_object(job, chat ? "chat.completion.chunk" : "text_completion");
-      Json choice = {{"index", 0}};
-      if (chat) choice["delta"] = std::move(delta_or_text);
-      else choice["text"] = std::move(delta_or_text);
-      choice["logprobs"] = nullptr;
-      choice["finish_reason"] = finish_reason;
-      c["choices"] = Json::array({choice});
-      ex.push(sse(c));
-    };
-    auto emit_deltas = [&](const std::vector<chat::ChatDelta>& ds) {
-      if (stream)
-        for (const auto& d : ds) chunk(d.to_json(), nullptr);
-    };
-    auto emit_text = [&](const std::string& s) {
-      if (s.empty()) return;
-      if (chat) {
-        emit_deltas(parser.push(s));
-      } else {
-        text += s;
-        if (stream) chunk(s, nullptr);
-      }
-    };
-
-    if (stream && chat) chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr);
-    if (chat && !job.forced_text.empty()) emit_deltas(parser.push(job.forced_text));
-
-    std::unique_ptr<KvCache> cache;
-    std::vector<int32_t> generated;
-    bool hit_eot = false, hit_stop = false, cancelled = false;
-    double prefill_seconds = 0, decode_seconds = 0;
-    int64_t reused = 0, prefilled = 0;
-    try {
-      auto lease = cache_->acquire(job.prompt);
-      cache = std::move(lease.cache);
-      reused = lease.reused;
-      const std::vector<int32_t> rest(job.prompt.begin() + reused, job.prompt.end());
-      prefilled = int64_t(rest.size());
-
-      // The loop of runtime/generate.cpp, except that sampling is limited to ids the tokenizer
-      // can decode (the model's vocabulary may be padded past them) and the whole prompt is the
-      // repetition-penalty history.
-      TextModel& model = *engine_->model;
-      const int sample_vocab = std::min(tok.vocab_size(), model.vocab_size());
-      StreamingDecoder decoder(tok);
-      StopStringFilter stops(job.gen.stop);
-      std::vector<float> logits;
-      auto t0 = std::chrono::steady_clock::now();
-      prefill(model, *cache, rest.data(), int64_t(rest.size()), opt_.prefill_chunk, LogitsFor::Last, logits);
-      prefill_seconds = seconds_since(t0);
-      t0 = std::chrono::steady_clock::now();
-      Sampler sampler(job.gen.sampling);
-      std::vector<int32_t> history(job.prompt);
-      for (int64_t i = 0; i < job.max_tokens; ++i) {
-        if (ex.cancelled) {
-          cancelled = true;
-          break;
-        }
-        if (i > 0) model.forward(*cache, &history.back(), 1, LogitsFor::Last, logits);
-        const int32_t id = sampler.sample(logits.data(), sample_vocab, history);
-        history.push_back(id);
-        generated.push_back(id);
-        if (id == eot_ && !job.gen.ignore_eos) {
-          hit_eot = true;
-          break;
-        }
-        emit_text(stops.push(decoder.push(id)));
-        if (stops.stopped()) {
-          hit_stop = true;
-          break;
-        }
-      }
-      decode_seconds = seconds_since(t0);
-      if (!cancelled && !hit_stop) {
-        emit_text(stops.push(decoder.flush()));
-        if (stops.stopped()) hit_stop = true;
-        else emit_text(stops.finish());
-      }
-      if (chat) emit_deltas(parser.finish());
-    } catch (const std::exception& e) {
-      const Json err = error_body(std::string("generation failed: ") + e.what(), "server_error");
-      if (stream) {
-        ex.push(sse(err));
-        ex.push("data: [DONE]\n\n");
-        ex.finish(500, "");
-      } else {
-        ex.finish(500, dump(err));
-      }
-      return;  // the cache's contents are unknown: dropped
-    }
-
-    // The cache holds the prompt and every generated token but the last (never fed back).
-    std::vector<int32_t> held(job.prompt);
-    held.insert(held.end(), generated.begin(), generated.end());
-    cache_->release(std::move(cache), std::move(held));
-    metrics_.set_prefix_cache(int64_t(cache_->entries()), cache_->bytes());
-
-    const int64_t prompt_tokens = int64_t(job.prompt.size()), completion_tokens = int64_t(generated.size());
-    metrics_.count_generation(prompt_tokens, reused, completion_tokens, prefilled, prefill_seconds,
-                              std::max<int64_t>(0, completion_tokens - 1), decode_seconds);
-    if (cancelled) {
-      metrics_.count_cancelled();
-      ex.finish(499, "");
-      return;
-    }
-
-    std::string finish_reason = hit_eot || hit_stop ? "stop" : "length";
-    if (chat) {
-      const auto& msg = parser.message();
-      if (!msg.tool_calls.empty() && !msg.tool_call_truncated) finish_reason = "tool_calls";
-    }
-    Json usage = {{"prompt_tokens", prompt_tokens},
-                  {"completion_tokens", completion_tokens},
-                  {"total_tokens", prompt_tokens + completion_tokens},
-                  {"prompt_tokens_details", {{"cached_tokens", reused}}}};
-    if (stream) {
-      chunk(chat ? Json::object() : Json(""), finish_reason);
-      if (job.gen.include_usage) {
-        Json u = base_object(job, chat ? "chat.completion.chunk" : "text_completion");
-        u["choices"] = Json::array();
-        u["usage"] = usage;
-        ex.push(sse(u));
-      }
-      ex.push("data: [DONE]\n\n");
-      ex.finish(200, "");
-      return;
-    }
-    Json r = base_object(job, chat ? "chat.completion" : "text_completion");
-    Json choice = {{"index", 0}};
-    if (chat) {
-      Json m = parser.message().to_json();
-      if (!m.contains("content")) m["content"] = nullptr;
-      choice["message"] = std::move(m);
-    } else {
-      choice["text"] = text;
-    }
-    choice["logprobs"] = nullptr;
-    choice["finish_reason"] = finish_reason;
-    r["choices"] = Json::array({choice});
-    r["usage"] = usage;
-    ex.finish(200, dump(r));
-  }
-
   ServerOptions opt_;
   std::unique_ptr<Engine> engine_;
   int64_t ctx_ = 0;
@@ -483,7 +275,8 @@ class Server {
   int64_t started_ = now_seconds();
   Metrics metrics_;
   std::unique_ptr<PrefixCache> cache_;
-  std::unique_ptr<Worker> worker_;  // last: its thread stops before the rest is destroyed
+  int sample_vocab_ = 0;
+  std::unique_ptr<Scheduler> scheduler_;  // last: its thread stops before the rest is destroyed
 };
 
 }  // namespace

@@ -18,6 +18,8 @@ struct ServerOptions {
   uint64_t cache_mb = 2048;      // prefix cache budget (KV pages kept between requests); 0: off
   int prefill_chunk = 512;
   int http_threads = 32;
+  int parallel = 1;              // sequences decoded together (continuous batching)
+  int timeout_seconds = 60;      // HTTP read/write timeout: slow or stalled clients are dropped
 };
 
 // Loads the model, binds, prints "m3 serve: listening on http://HOST:PORT" on stderr and serves

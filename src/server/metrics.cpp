@@ -29,6 +29,13 @@ void Metrics::count_cancelled() {
   ++cancelled_;
 }
 
+void Metrics::count_step(int64_t sequences, int64_t rows) {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++steps_;
+  step_sequences_ += uint64_t(sequences);
+  step_rows_ += uint64_t(rows);
+}
+
 void Metrics::set_queue(int64_t waiting, int64_t running) {
   std::lock_guard<std::mutex> lk(mu_);
   waiting_ = waiting;
@@ -90,9 +97,15 @@ std::string Metrics::render() const {
   value(o, "m3_prefill_tokens_per_second", last_prefill_tps_);
   metric(o, "m3_decode_tokens_per_second", "gauge", "Decode speed of the last generation.");
   value(o, "m3_decode_tokens_per_second", last_decode_tps_);
-  metric(o, "m3_queue_length", "gauge", "Requests waiting for the engine worker.");
+  metric(o, "m3_engine_steps_total", "counter", "Forward passes of the engine (continuous batching steps).");
+  value(o, "m3_engine_steps_total", double(steps_));
+  metric(o, "m3_engine_step_sequences_total", "counter", "Sequences carried by those passes (/ steps = mean batch).");
+  value(o, "m3_engine_step_sequences_total", double(step_sequences_));
+  metric(o, "m3_engine_step_rows_total", "counter", "Token rows carried by those passes (decode tokens + prefill chunks).");
+  value(o, "m3_engine_step_rows_total", double(step_rows_));
+  metric(o, "m3_queue_length", "gauge", "Requests waiting for a free sequence slot (--parallel).");
   value(o, "m3_queue_length", double(waiting_));
-  metric(o, "m3_requests_running", "gauge", "Requests the engine worker is executing (0 or 1).");
+  metric(o, "m3_requests_running", "gauge", "Requests holding a sequence slot (at most --parallel).");
   value(o, "m3_requests_running", double(running_));
   metric(o, "m3_prefix_cache_entries", "gauge", "Sequences held by the prefix cache.");
   value(o, "m3_prefix_cache_entries", double(cache_entries_));

@@ -87,7 +87,7 @@ start_server() {
   return 1
 }
 
-if start_server warm --max-body-bytes 1000000; then warm_url=$url; ok "warm server up at $warm_url"; else bad "warm server start"; finish; fi
+if start_server warm --max-body-bytes 1000000 --parallel 3; then warm_url=$url; ok "warm server up at $warm_url"; else bad "warm server start"; finish; fi
 if start_server cold --cache-mb 0 --api-key "$key"; then cold_url=$url; ok "cold server up at $cold_url"; else bad "cold server start"; finish; fi
 
 M3_NODE_MODULES="$node_dir/node_modules" M3_URL="$warm_url" M3_COLD_URL="$cold_url" M3_API_KEY="$key" M3_MODEL="$model" \

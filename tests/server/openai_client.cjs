@@ -190,7 +190,7 @@ const tools = [{
     }
   });
 
-  await check('concurrent requests are queued and each answered exactly', async () => {
+  await check('concurrent requests, batched (--parallel 3), each answered exactly', async () => {
     const rs = await Promise.all([0, 1, 2].map(() => warm.chat.completions.create(base)));
     for (const r of rs) eq(r.choices[0].message, first.choices[0].message, 'message');
   });

@@ -21,6 +21,10 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-b,--chunk", o->prefill_chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()
       ->check(CLI::PositiveNumber);
   cmd->add_option("--alias", o->model_name, "Model id reported by /v1/models (default: the folder name)");
+  cmd->add_option("--parallel", o->parallel, "Sequences decoded together (continuous batching); more wait in a FIFO queue")
+      ->capture_default_str()->check(CLI::Range(1, 256));
+  cmd->add_option("--timeout", o->timeout_seconds, "Seconds a client may stall sending its request or reading the response")
+      ->capture_default_str()->check(CLI::Range(1, 86400));
   cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([o] { server::run_server(*o); });
 }

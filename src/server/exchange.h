@@ -1,0 +1,62 @@
+#pragma once
+// What an HTTP thread and the engine's scheduler share for one request: the prepared job (built on
+// the HTTP thread) and the exchange its output flows through.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "chat/m3_format.h"
+#include "server/request.h"
+
+namespace m3::server {
+
+// The scheduler pushes SSE events (or sets the final body); the HTTP thread writes them and sets
+// `cancelled` when the client is gone.
+struct Exchange {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::string> events;
+  bool done = false;
+  int status = 200;
+  std::string body;
+  std::atomic<bool> cancelled{false};
+
+  void push(std::string e) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      events.push_back(std::move(e));
+    }
+    cv.notify_all();
+  }
+  void finish(int st, std::string b) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      status = st;
+      body = std::move(b);
+      done = true;
+    }
+    cv.notify_all();
+  }
+};
+
+enum class Endpoint { Chat, Completion };
+
+// One generation request, parsed, rendered and tokenized on the HTTP thread.
+struct Job {
+  Endpoint endpoint = Endpoint::Chat;
+  std::vector<int32_t> prompt;
+  std::string forced_text;  // already in `prompt`; fed to the output parser first
+  bool opens_reasoning = false;
+  Json tools;
+  bool parse_tools = true;
+  GenerationParams gen;
+  int64_t max_tokens = 0;
+  std::string id, model;
+  int64_t created = 0;
+};
+
+}  // namespace m3::server

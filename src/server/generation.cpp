@@ -1,0 +1,171 @@
+#include "server/generation.h"
+
+#include <algorithm>
+
+#include "server/api_error.h"
+
+namespace m3::server {
+
+namespace {
+
+std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
+std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
+
+double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+chat::OutputParserOptions parser_options(const Job& job) {
+  chat::OutputParserOptions o;
+  o.starts_in_reasoning = job.opens_reasoning;
+  o.parse_tool_calls = job.parse_tools;
+  o.tools = job.tools;
+  return o;
+}
+
+}  // namespace
+
+Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
+                       int32_t end_of_turn, int sample_vocab)
+    : job_(std::move(job)),
+      ex_(std::move(exchange)),
+      tok_(tokenizer),
+      eot_(end_of_turn),
+      sample_vocab_(sample_vocab),
+      chat_(job_->endpoint == Endpoint::Chat),
+      stream_(job_->gen.stream),
+      parser_(parser_options(*job_)),
+      decoder_(tokenizer),
+      stops_(job_->gen.stop),
+      sampler_(job_->gen.sampling),
+      history_(job_->prompt) {}
+
+Json Generation::base_object(const char* object) const {
+  return Json{{"id", job_->id}, {"object", object}, {"created", job_->created}, {"model", job_->model}};
+}
+
+void Generation::chunk(Json delta_or_text, const Json& finish_reason) {
+  Json c = base_object(chat_ ? "chat.completion.chunk" : "text_completion");
+  Json choice = {{"index", 0}};
+  if (chat_) choice["delta"] = std::move(delta_or_text);
+  else choice["text"] = std::move(delta_or_text);
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  c["choices"] = Json::array({choice});
+  ex_->push(sse(c));
+}
+
+void Generation::emit_deltas(const std::vector<chat::ChatDelta>& ds) {
+  if (stream_)
+    for (const auto& d : ds) chunk(d.to_json(), nullptr);
+}
+
+void Generation::emit_text(const std::string& s) {
+  if (s.empty()) return;
+  if (chat_) {
+    emit_deltas(parser_.push(s));
+  } else {
+    text_ += s;
+    if (stream_) chunk(s, nullptr);
+  }
+}
+
+void Generation::start(int64_t reused) {
+  reused_ = reused;
+  started_ = std::chrono::steady_clock::now();
+  if (stream_ && chat_) chunk(Json{{"role", "assistant"}, {"content", ""}}, nullptr);
+  if (chat_ && !job_->forced_text.empty()) emit_deltas(parser_.push(job_->forced_text));
+}
+
+int32_t Generation::step(const float* logits) {
+  if (generated_.empty()) first_token_ = std::chrono::steady_clock::now();
+  if (int64_t(generated_.size()) >= job_->max_tokens) return -1;
+  const int32_t id = sampler_.sample(logits, sample_vocab_, history_);
+  history_.push_back(id);
+  generated_.push_back(id);
+  if (id == eot_ && !job_->gen.ignore_eos) {
+    hit_eot_ = true;
+    return -1;
+  }
+  emit_text(stops_.push(decoder_.push(id)));
+  if (stops_.stopped()) {
+    hit_stop_ = true;
+    return -1;
+  }
+  return int64_t(generated_.size()) < job_->max_tokens ? id : -1;
+}
+
+std::vector<int32_t> Generation::cached_tokens() const {
+  std::vector<int32_t> held(job_->prompt);
+  if (!generated_.empty()) held.insert(held.end(), generated_.begin(), generated_.end() - 1);
+  return held;
+}
+
+void Generation::complete(Metrics& metrics, bool cancelled) {
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t prompt_tokens = int64_t(job_->prompt.size()), completion_tokens = int64_t(generated_.size());
+  const bool sampled = completion_tokens > 0;
+  metrics.count_generation(prompt_tokens, reused_, completion_tokens, prompt_tokens - reused_,
+                           seconds_between(started_, sampled ? first_token_ : now),
+                           std::max<int64_t>(0, completion_tokens - 1), sampled ? seconds_between(first_token_, now) : 0.0);
+  if (cancelled) {
+    metrics.count_cancelled();
+    ex_->finish(499, "");
+    return;
+  }
+  if (!hit_stop_) {
+    emit_text(stops_.push(decoder_.flush()));
+    if (stops_.stopped()) hit_stop_ = true;
+    else emit_text(stops_.finish());
+  }
+  if (chat_) emit_deltas(parser_.finish());
+
+  std::string finish_reason = hit_eot_ || hit_stop_ ? "stop" : "length";
+  if (chat_) {
+    const auto& msg = parser_.message();
+    if (!msg.tool_calls.empty() && !msg.tool_call_truncated) finish_reason = "tool_calls";
+  }
+  const Json usage = {{"prompt_tokens", prompt_tokens},
+                      {"completion_tokens", completion_tokens},
+                      {"total_tokens", prompt_tokens + completion_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", reused_}}}};
+  if (stream_) {
+    chunk(chat_ ? Json::object() : Json(""), finish_reason);
+    if (job_->gen.include_usage) {
+      Json u = base_object(chat_ ? "chat.completion.chunk" : "text_completion");
+      u["choices"] = Json::array();
+      u["usage"] = usage;
+      ex_->push(sse(u));
+    }
+    ex_->push("data: [DONE]\n\n");
+    ex_->finish(200, "");
+    return;
+  }
+  Json r = base_object(chat_ ? "chat.completion" : "text_completion");
+  Json choice = {{"index", 0}};
+  if (chat_) {
+    Json m = parser_.message().to_json();
+    if (!m.contains("content")) m["content"] = nullptr;
+    choice["message"] = std::move(m);
+  } else {
+    choice["text"] = text_;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason;
+  r["choices"] = Json::array({choice});
+  r["usage"] = usage;
+  ex_->finish(200, dump(r));
+}
+
+void Generation::fail(const std::string& what) {
+  const Json err = error_body("generation failed: " + what, "server_error");
+  if (stream_) {
+    ex_->push(sse(err));
+    ex_->push("data: [DONE]\n\n");
+    ex_->finish(500, "");
+  } else {
+    ex_->finish(500, dump(err));
+  }
+}
+
+}  // namespace m3::server

@@ -1,0 +1,73 @@
+#pragma once
+// One request's generation as the scheduler drives it, a token at a time: sampling, the end-of-turn
+// and stop-string checks, the streaming output parser (reasoning, tool calls), SSE chunks, and the
+// final response with usage. It never touches the model or the cache: the scheduler feeds it the
+// logits of its sequence and hands back what to feed next.
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "chat/output_parser.h"
+#include "runtime/sampler.h"
+#include "server/exchange.h"
+#include "server/metrics.h"
+#include "server/stop_strings.h"
+#include "tokenizer/tokenizer.h"
+
+namespace m3::server {
+
+class Generation {
+ public:
+  // sample_vocab: ids the tokenizer can decode (the model's vocabulary may be padded past them).
+  Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
+             int32_t end_of_turn, int sample_vocab);
+
+  const Job& job() const { return *job_; }
+  bool cancelled() const { return ex_->cancelled.load(); }
+
+  // The request got its cache, `reused` prompt tokens of it from the prefix cache; sends the
+  // stream's opening chunk.
+  void start(int64_t reused);
+  // The prompt is prefilled and `logits` are the last prompt token's: samples, handles the token.
+  // Returns the token to feed next, or -1 when the generation is over (end of turn, stop string,
+  // max_tokens).
+  int32_t step(const float* logits);
+  // Ends the request: the final chunks and usage (or the whole response), and the metrics.
+  // cancelled: the client went away (no response is written).
+  void complete(Metrics& metrics, bool cancelled);
+  // Ends the request with a 500 (the engine failed): the error as a last SSE event or the body.
+  void fail(const std::string& what);
+
+  // Prompt and generated tokens whose K/V the sequence's cache holds once it stops (every
+  // generated token but the last, which is never fed back).
+  std::vector<int32_t> cached_tokens() const;
+
+ private:
+  void chunk(Json delta_or_text, const Json& finish_reason);
+  void emit_deltas(const std::vector<chat::ChatDelta>& ds);
+  void emit_text(const std::string& s);
+  void flush_text();
+  Json base_object(const char* object) const;
+
+  std::shared_ptr<const Job> job_;
+  std::shared_ptr<Exchange> ex_;
+  const Tokenizer& tok_;
+  const int32_t eot_;
+  const int sample_vocab_;
+  const bool chat_, stream_;
+
+  chat::OutputParser parser_;
+  StreamingDecoder decoder_;
+  StopStringFilter stops_;
+  Sampler sampler_;
+  std::vector<int32_t> history_;  // prompt + generated: the repetition-penalty history
+  std::vector<int32_t> generated_;
+  std::string text_;  // completions: the whole output
+  bool hit_eot_ = false, hit_stop_ = false;
+  int64_t reused_ = 0;
+  std::chrono::steady_clock::time_point started_, first_token_;
+};
+
+}  // namespace m3::server

@@ -1,0 +1,159 @@
+#include "server/scheduler.h"
+
+#include <algorithm>
+
+#include "base/error.h"
+
+namespace m3::server {
+
+Scheduler::Scheduler(Engine& engine, PrefixCache& cache, Metrics& metrics, SchedulerOptions options)
+    : engine_(engine), cache_(cache), metrics_(metrics), opt_(options) {
+  M3_CHECK(opt_.parallel >= 1, "--parallel must be >= 1, got ", opt_.parallel);
+  M3_CHECK(opt_.chunk >= opt_.parallel, "--chunk (", opt_.chunk, ") must be at least --parallel (", opt_.parallel, ")");
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Scheduler::submit(std::unique_ptr<Generation> generation) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    queue_.push_back(std::move(generation));
+  }
+  cv_.notify_one();
+  publish_queue();
+}
+
+void Scheduler::publish_queue() {
+  int64_t waiting;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    waiting = int64_t(queue_.size());
+  }
+  metrics_.set_queue(waiting, running_count_.load());
+}
+
+void Scheduler::loop() {
+  for (;;) {
+    std::deque<std::unique_ptr<Generation>> arrivals;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !running_.empty(); });
+      if (stop_) break;
+      const size_t free_slots = size_t(opt_.parallel) - running_.size();
+      while (!queue_.empty() && arrivals.size() < free_slots) {
+        arrivals.push_back(std::move(queue_.front()));
+        queue_.pop_front();
+      }
+    }
+    admit(arrivals);
+    running_count_ = int64_t(running_.size());
+    publish_queue();
+    if (!running_.empty()) run_step();
+    retire();
+    running_count_ = int64_t(running_.size());
+    publish_queue();
+  }
+  for (Sequence& s : running_) s.gen->complete(metrics_, /*cancelled=*/true);
+  running_.clear();
+  std::lock_guard<std::mutex> lk(mu_);
+  for (auto& g : queue_) g->complete(metrics_, /*cancelled=*/true);
+  queue_.clear();
+}
+
+void Scheduler::admit(std::deque<std::unique_ptr<Generation>>& arrivals) {
+  for (auto& gen : arrivals) {
+    if (gen->cancelled()) {  // the client left while the request waited
+      gen->start(0);
+      gen->complete(metrics_, /*cancelled=*/true);
+      continue;
+    }
+    Sequence s;
+    const std::vector<int32_t>& prompt = gen->job().prompt;
+    auto lease = cache_.acquire(prompt);
+    s.cache = std::move(lease.cache);
+    s.pending.assign(prompt.begin() + lease.reused, prompt.end());
+    gen->start(lease.reused);
+    s.gen = std::move(gen);
+    running_.push_back(std::move(s));
+  }
+}
+
+void Scheduler::run_step() {
+  // Decode rows first (one token each), then prefill chunks in arrival order within the budget.
+  std::vector<BatchInput> inputs;
+  std::vector<size_t> owner;  // running_ index of each input
+  int64_t budget = opt_.chunk;
+  auto add = [&](size_t i, int64_t n) {
+    Sequence& s = running_[i];
+    const bool last = s.fed + size_t(n) == s.pending.size();
+    inputs.push_back(BatchInput{s.cache.get(), s.pending.data() + s.fed, nullptr, n,
+                                last ? LogitsFor::Last : LogitsFor::None, &s.logits});
+    owner.push_back(i);
+    budget -= n;
+  };
+  for (size_t i = 0; i < running_.size(); ++i) {
+    const Sequence& s = running_[i];
+    if (!s.cancelled && s.pending.size() - s.fed == 1) add(i, 1);
+  }
+  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    const Sequence& s = running_[i];
+    const int64_t left = int64_t(s.pending.size() - s.fed);
+    if (!s.cancelled && left > 1) add(i, std::min(left, budget));
+  }
+  if (inputs.empty()) return;
+
+  int64_t rows = 0;
+  for (const BatchInput& in : inputs) rows += in.n;
+  metrics_.count_step(int64_t(inputs.size()), rows);
+  try {
+    engine_.model->forward_batch(inputs);
+  } catch (const std::exception& e) {
+    // Their caches' contents are unknown: the sequences end with an error and the caches are dropped.
+    for (size_t i : owner) {
+      Sequence& s = running_[i];
+      s.gen->fail(e.what());
+      s.cache.reset();
+      s.done = true;
+    }
+    return;
+  }
+
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Sequence& s = running_[owner[k]];
+    s.fed += size_t(inputs[k].n);
+    if (inputs[k].which != LogitsFor::Last) continue;
+    const int32_t next = s.gen->step(s.logits.data());
+    if (next < 0) {
+      s.done = true;
+    } else {
+      s.pending.assign(1, next);
+      s.fed = 0;
+    }
+  }
+}
+
+void Scheduler::retire() {
+  for (Sequence& s : running_) {
+    if (!s.done && s.gen->cancelled()) s.cancelled = s.done = true;
+    if (!s.done) continue;
+    if (s.cache) {
+      // A sequence cancelled during its prefill holds only part of the prompt.
+      std::vector<int32_t> held = s.gen->cached_tokens();
+      held.resize(std::min(held.size(), size_t(s.cache->length())));
+      cache_.release(std::move(s.cache), std::move(held));
+      metrics_.set_prefix_cache(int64_t(cache_.entries()), cache_.bytes());
+      s.gen->complete(metrics_, s.cancelled);
+    }
+  }
+  running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Sequence& s) { return s.done; }), running_.end());
+}
+
+}  // namespace m3::server

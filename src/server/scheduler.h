@@ -1,0 +1,69 @@
+#pragma once
+// Continuous batching: one engine thread runs up to `parallel` sequences at once. Every step is
+// one forward pass over the next token of each decoding sequence plus prefill chunks of newly
+// admitted ones (at most `chunk` tokens in all, decode rows first), so a long prompt never stalls
+// the streams already running, and each weight matrix is read once per step for all of them.
+// Requests wait in arrival order (FIFO) for a free slot. HTTP threads only submit and read their
+// Exchange; the model, its thread pool and the prefix cache are touched by this thread alone.
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "server/generation.h"
+#include "server/metrics.h"
+#include "server/prefix_cache.h"
+
+namespace m3::server {
+
+struct SchedulerOptions {
+  int parallel = 1;   // sequences decoded together
+  int chunk = 512;    // tokens per forward pass (decode rows + prefill chunks)
+};
+
+class Scheduler {
+ public:
+  Scheduler(Engine& engine, PrefixCache& cache, Metrics& metrics, SchedulerOptions options);
+  ~Scheduler();  // finishes the current step; requests still queued or running are dropped (499)
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  void submit(std::unique_ptr<Generation> generation);
+
+ private:
+  struct Sequence {
+    std::unique_ptr<Generation> gen;
+    std::unique_ptr<KvCache> cache;
+    std::vector<int32_t> pending;  // tokens not yet fed: the prompt's uncached rest, then the last sampled token
+    size_t fed = 0;                // of pending
+    std::vector<float> logits;
+    bool done = false, cancelled = false;
+  };
+
+  void loop();
+  void admit(std::deque<std::unique_ptr<Generation>>& arrivals);
+  void run_step();
+  void retire();
+  void publish_queue();
+
+  Engine& engine_;
+  PrefixCache& cache_;
+  Metrics& metrics_;
+  const SchedulerOptions opt_;
+
+  std::vector<Sequence> running_;  // engine thread only
+  std::atomic<int64_t> running_count_{0};  // its size, for the metrics
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Generation>> queue_;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once everything above exists
+};
+
+}  // namespace m3::server

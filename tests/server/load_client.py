@@ -1,0 +1,121 @@
+"""Concurrent streaming clients for `m3 serve` (Python standard library only).
+
+Used by tests/integration/test_server_load.py (correctness under load) and
+scripts/bench_serve.py (requests/s, time to first token, tokens/s).
+"""
+import http.client
+import json
+import threading
+import time
+
+
+def stream_chat(host, port, body, timeout=120):
+    """POSTs a streaming chat completion; returns a dict with the text, the finish reason, usage,
+    the time to the first content/reasoning token and the total time. Raises on any protocol error."""
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection(host, port, timeout=timeout)
+    payload = dict(body, stream=True, stream_options={"include_usage": True})
+    conn.request("POST", "/v1/chat/completions", json.dumps(payload), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    if resp.status != 200:
+        raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    text, reasoning, finish, usage, ttft, done = "", "", None, None, None, False
+    buf = b""
+    while True:
+        chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
+        if not chunk:
+            break
+        buf += chunk
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            line = event.decode()
+            if not line.startswith("data: "):
+                raise RuntimeError(f"not an SSE data line: {line[:100]!r}")
+            data = line[6:]
+            if data == "[DONE]":
+                done = True
+                continue
+            obj = json.loads(data)
+            if "error" in obj:
+                raise RuntimeError(f"error event: {obj['error']}")
+            if obj.get("usage"):
+                usage = obj["usage"]
+            for ch in obj.get("choices", []):
+                delta = ch.get("delta", {})
+                piece = (delta.get("content") or "") + (delta.get("reasoning_content") or "")
+                if piece and ttft is None:
+                    ttft = time.perf_counter() - t0
+                text += delta.get("content") or ""
+                reasoning += delta.get("reasoning_content") or ""
+                if ch.get("finish_reason"):
+                    finish = ch["finish_reason"]
+    conn.close()
+    if not done:
+        raise RuntimeError("stream ended without [DONE]")
+    if usage is None or finish is None:
+        raise RuntimeError("stream without usage or finish_reason")
+    total = time.perf_counter() - t0
+    return {"text": text, "reasoning": reasoning, "finish": finish, "usage": usage,
+            "ttft": ttft if ttft is not None else total, "seconds": total}
+
+
+def run_clients(host, port, bodies_per_client):
+    """Runs one thread per client; client i sends bodies_per_client[i] one after another.
+    Returns (results[i][j], errors, wall seconds)."""
+    results = [[None] * len(b) for b in bodies_per_client]
+    errors = []
+    lock = threading.Lock()
+
+    def client(i):
+        for j, body in enumerate(bodies_per_client[i]):
+            try:
+                results[i][j] = stream_chat(host, port, body)
+            except Exception as e:  # noqa: BLE001 - every failure is counted and reported
+                with lock:
+                    errors.append(f"client {i} request {j}: {e}")
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(len(bodies_per_client))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results, errors, time.perf_counter() - t0
+
+
+def get_metrics(host, port):
+    conn = http.client.HTTPConnection(host, port, timeout=30)
+    conn.request("GET", "/metrics")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    values = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "{" not in line:
+            name, v = line.split()
+            values[name] = float(v)
+    return values
+
+
+def start_server(m3_bin, model_dir, args, log_path):
+    """Starts `m3 serve` on a free loopback port; returns (process, port) once /health answers."""
+    import re
+    import subprocess
+    log = open(log_path, "w")
+    proc = subprocess.Popen([m3_bin, "serve", "-m", model_dir, "--host", "127.0.0.1", "--port", "0", *args],
+                            stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.time() + 60
+    port = None
+    while time.time() < deadline and proc.poll() is None:
+        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", open(log_path).read())
+        if m:
+            port = int(m.group(1))
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+                conn.request("GET", "/health")
+                if conn.getresponse().status == 200:
+                    return proc, port
+            except OSError:
+                pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"m3 serve did not come up: {open(log_path).read()[-2000:]}")
