@@ -87,6 +87,9 @@ class Server {
     const size_t nthreads = size_t(std::max(4, opt_.http_threads));
     http.new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
     http.set_payload_max_length(opt_.max_body_bytes);
+    // Streams are many small writes (one SSE event per token): without TCP_NODELAY, Nagle's
+    // algorithm holds each one back until the client's delayed ACK (~40 ms).
+    http.set_tcp_nodelay(true);
     // A client that stops sending its request, or stops reading its stream, is dropped after this
     // long (its generation is cancelled and its slot freed).
     http.set_read_timeout(opt_.timeout_seconds);
