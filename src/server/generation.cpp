@@ -1,6 +1,7 @@
 #include "server/generation.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "server/api_error.h"
 
@@ -49,7 +50,12 @@ void Generation::chunk(Json delta_or_text, const Json& finish_reason) {
   Json choice = {{"index", 0}};
   if (chat_) choice["delta"] = std::move(delta_or_text);
   else choice["text"] = std::move(delta_or_text);
-  choice["logprobs"] = nullptr;
+  if (!pending_logprob_.is_null()) {
+    choice["logprobs"] = Json{{"content", Json::array({std::move(pending_logprob_)})}};
+    pending_logprob_ = nullptr;
+  } else {
+    choice["logprobs"] = nullptr;
+  }
   choice["finish_reason"] = finish_reason;
   c["choices"] = Json::array({choice});
   ex_->push(sse(c));
@@ -87,12 +93,50 @@ int32_t Generation::step(const float* logits) {
     hit_eot_ = true;
     return -1;
   }
+  if (job_->gen.logprobs) {
+    Json entry = logprob_entry(logits, id);
+    if (stream_) pending_logprob_ = std::move(entry);
+    else logprobs_.push_back(std::move(entry));
+  }
   emit_text(stops_.push(decoder_.push(id)));
+  // A token whose text is held back (a partial UTF-8 character, stop string or markup) still
+  // reports its log-probability, in a chunk with an empty delta.
+  if (!pending_logprob_.is_null()) chunk(Json::object(), nullptr);
   if (stops_.stopped()) {
     hit_stop_ = true;
     return -1;
   }
   return int64_t(generated_.size()) < job_->max_tokens ? id : -1;
+}
+
+// OpenAI's entry for one sampled token: its log-probability under the model's distribution over
+// the decodable vocabulary (raw logits: before temperature, top_p and penalties), and the
+// top_logprobs most likely alternatives (ties: smaller id first).
+Json Generation::logprob_entry(const float* logits, int32_t id) const {
+  double mx = -1e300;
+  for (int i = 0; i < sample_vocab_; ++i) mx = std::max(mx, double(logits[i]));
+  double sum = 0;
+  for (int i = 0; i < sample_vocab_; ++i) sum += std::exp(double(logits[i]) - mx);
+  const double lse = mx + std::log(sum);
+  auto item = [&](int32_t t) {
+    const std::string b = tok_.token_bytes(t);
+    Json bytes = Json::array();
+    for (unsigned char c : b) bytes.push_back(int(c));
+    return Json{{"token", b}, {"logprob", double(logits[t]) - lse}, {"bytes", std::move(bytes)}};
+  };
+  Json e = item(id);
+  Json top = Json::array();
+  const int k = std::min(job_->gen.top_logprobs, sample_vocab_);
+  if (k > 0) {
+    std::vector<int32_t> order(static_cast<size_t>(sample_vocab_));
+    for (int i = 0; i < sample_vocab_; ++i) order[size_t(i)] = i;
+    std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    for (int i = 0; i < k; ++i) top.push_back(item(order[size_t(i)]));
+  }
+  e["top_logprobs"] = std::move(top);
+  return e;
 }
 
 std::vector<int32_t> Generation::cached_tokens() const {
@@ -150,7 +194,7 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
   } else {
     choice["text"] = text_;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = job_->gen.logprobs ? Json{{"content", logprobs_}} : Json(nullptr);
   choice["finish_reason"] = finish_reason;
   r["choices"] = Json::array({choice});
   r["usage"] = usage;

@@ -50,6 +50,7 @@ class Generation {
   void emit_text(const std::string& s);
   void flush_text();
   Json base_object(const char* object) const;
+  Json logprob_entry(const float* logits, int32_t id) const;
 
   std::shared_ptr<const Job> job_;
   std::shared_ptr<Exchange> ex_;
@@ -65,6 +66,8 @@ class Generation {
   std::vector<int32_t> history_;  // prompt + generated: the repetition-penalty history
   std::vector<int32_t> generated_;
   std::string text_;  // completions: the whole output
+  Json logprobs_ = Json::array();  // chat with logprobs: one entry per generated token (non-streaming)
+  Json pending_logprob_;           // streaming: the entry of the token being emitted, sent with its first chunk
   bool hit_eot_ = false, hit_stop_ = false;
   int64_t reused_ = 0;
   std::chrono::steady_clock::time_point started_, first_token_;

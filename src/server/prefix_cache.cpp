@@ -23,7 +23,7 @@ PrefixCache::Lease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
     const int64_t n = std::min<int64_t>({int64_t(it->tokens.size()), it->cache->length(), limit});
     int64_t common = 0;
     while (common < n && it->tokens[size_t(common)] == prompt[size_t(common)]) ++common;
-    const int64_t reuse = common / B * B;
+    const int64_t reuse = common;
     if (reuse > best_reuse) {  // ties: the more recently used entry (earlier in the list)
       best_reuse = reuse;
       best = it;
@@ -37,7 +37,7 @@ PrefixCache::Lease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
   lease.reused = best_reuse;
   const int64_t entry_whole = best->cache->length() / B * B;
   if (best_reuse + B >= entry_whole) {
-    // The prompt continues this sequence: take it over.
+    // The prompt continues this sequence (at most the entry's last block is dropped): take it over.
     lease.cache = std::move(best->cache);
     entries_.erase(best);
     lease.cache->truncate(best_reuse);

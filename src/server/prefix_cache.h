@@ -1,14 +1,16 @@
 #pragma once
 // KV reuse across requests: the caches of recent sequences with the tokens they hold, least
 // recently used first out when their pages exceed a memory budget. A new prompt reuses the
-// longest cached prefix, cut down to a whole MSA block (and to at most prompt length - 1, so
-// at least one token is prefilled and yields the first logits); only the rest is prefilled.
+// longest cached prefix, token for token (at most prompt length - 1, so at least one token is
+// prefilled and yields the first logits); only the rest is prefilled. A cache cut inside a block
+// is exact: attention and the index branch read only positions below the cache length, and a
+// token's K/V do not depend on how the tokens before it were chunked.
 //
 // Reuse is exact: the engine computes a token's K/V the same way whatever ran before it in the
 // cache (see docs/ARCHITECTURE.md), so logits with reuse equal logits without.
 //
 // When the prompt extends an entry (reuse reaches into its last whole block), the entry itself is
-// taken over and truncated; otherwise the reused blocks are copied so the other sequence (e.g. a
+// taken over and truncated; otherwise the reused positions are copied so the other sequence (e.g. a
 // different conversation sharing the system prompt) stays cached. Not thread-safe: the engine
 // worker alone uses it.
 #include <cstdint>

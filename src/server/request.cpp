@@ -112,7 +112,6 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
   if (const Json* n = field(body, "n")) {
     if (!n->is_number_integer() || n->get<int64_t>() != 1) bad("n", "only n=1 is supported");
   }
-  if (boolean(body, "logprobs", false)) bad("logprobs", "not supported by this server");
   g.stream = boolean(body, "stream", false);
   g.ignore_eos = boolean(body, "ignore_eos", false);
   if (const Json* so = field(body, "stream_options")) {
@@ -235,6 +234,13 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
     throw ApiError(400, e.what(), param_of_error_message(e.what()));
   }
   r.gen = parse_generation(body, seed_if_unset);
+  r.gen.logprobs = boolean(body, "logprobs", false);
+  if (const Json* t = field(body, "top_logprobs")) {
+    if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > 20)
+      bad("top_logprobs", "expected an integer from 0 to 20");
+    if (!r.gen.logprobs) bad("top_logprobs", "needs \"logprobs\": true");
+    r.gen.top_logprobs = int(t->get<int64_t>());
+  }
   return r;
 }
 
@@ -255,6 +261,8 @@ CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_un
   if (const Json* b = field(body, "best_of"))
     if (!b->is_number_integer() || b->get<int64_t>() != 1) bad("best_of", "only best_of=1 is supported");
   r.gen = parse_generation(body, seed_if_unset);
+  if (const Json* l = field(body, "logprobs"))
+    if (!(l->is_boolean() && !l->get<bool>())) bad("logprobs", "not supported by /v1/completions (use /v1/chat/completions)");
   return r;
 }
 

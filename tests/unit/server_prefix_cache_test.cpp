@@ -70,10 +70,11 @@ TEST(ServerPrefixCacheModel, ReuseGivesTheSameLogitsAsAColdPrefill) {
   for (size_t i = turn1; i < turn1 + 2; ++i) model.forward(*lease.cache, &a[i], 1, m3::LogitsFor::Last, logits);
   pc.release(std::move(lease.cache), std::vector<int32_t>(a.begin(), a.begin() + turn1 + 2));
 
-  // Turn 2 extends turn 1: whole blocks reused, the entry taken over.
+  // Turn 2 extends turn 1: every cached position reused (the cut is inside a block), the entry
+  // taken over.
   const std::vector<float> cold = cold_logits(model, a);
   auto warm = pc.acquire(a);
-  ASSERT_EQ(warm.reused, 4 * B);
+  ASSERT_EQ(warm.reused, 4 * B + 5);
   EXPECT_EQ(pc.entries(), 0u);
   m3::prefill(model, *warm.cache, a.data() + warm.reused, int64_t(a.size()) - warm.reused, 512, m3::LogitsFor::All, logits);
   ASSERT_EQ(logits.size(), (a.size() - size_t(warm.reused)) * size_t(V));
@@ -81,13 +82,13 @@ TEST(ServerPrefixCacheModel, ReuseGivesTheSameLogitsAsAColdPrefill) {
     ASSERT_EQ(logits[i], cold[size_t(warm.reused) * size_t(V) + i]) << "row " << i / size_t(V) << " col " << i % size_t(V);
   pc.release(std::move(warm.cache), a);
 
-  // Another sequence sharing 2 blocks + 5 tokens: 2 blocks copied, the long entry kept.
+  // Another sequence sharing 2 blocks + 5 tokens: those positions copied, the long entry kept.
   std::vector<int32_t> b(a.begin(), a.begin() + 2 * B + 5);
   const auto tail = random_tokens(size_t(B + 3), tok_vocab, 8);
   b.insert(b.end(), tail.begin(), tail.end());
   const std::vector<float> cold_b = cold_logits(model, b);
   auto shared = pc.acquire(b);
-  ASSERT_EQ(shared.reused, 2 * B);
+  ASSERT_EQ(shared.reused, 2 * B + 5);
   EXPECT_EQ(pc.entries(), 1u);
   m3::prefill(model, *shared.cache, b.data() + shared.reused, int64_t(b.size()) - shared.reused, 7, m3::LogitsFor::All, logits);
   for (size_t i = 0; i < logits.size(); ++i)

@@ -100,7 +100,9 @@ TEST(ServerRequest, ErrorsNameTheField) {
       {std::string("{") + kUser + R"(,"reasoning_effort":"extreme"})", "reasoning_effort"},
       {std::string("{") + kUser + R"(,"chat_template_kwargs":{"thinking_mode":"maybe"}})", "chat_template_kwargs.thinking_mode"},
       {std::string("{") + kUser + R"(,"frequency_penalty":0.5})", "frequency_penalty"},
-      {std::string("{") + kUser + R"(,"logprobs":true})", "logprobs"},
+      {std::string("{") + kUser + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
+      {std::string("{") + kUser + R"(,"top_logprobs":2})", "top_logprobs"},
+      {std::string("{") + kUser + R"(,"logprobs":"yes"})", "logprobs"},
   };
   for (const auto& c : cases) {
     ApiError e = chat_error(c.body);
@@ -277,7 +279,7 @@ bool same_prefix(const m3::KvCache& a, const m3::KvCache& b, int64_t n) {
 
 }  // namespace
 
-TEST(ServerPrefixCache, ReusesWholeBlocksOfTheLongestPrefix) {
+TEST(ServerPrefixCache, ReusesTheLongestCommonPrefix) {
   PrefixCache pc(small_shape(), 1 << 20);
   std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
   auto l0 = pc.acquire(a);
@@ -287,15 +289,15 @@ TEST(ServerPrefixCache, ReusesWholeBlocksOfTheLongestPrefix) {
   pc.release(std::move(l0.cache), a);
   EXPECT_EQ(pc.entries(), 1u);
 
-  // Same prompt again: at most prompt-1 tokens, cut to a block: 8.
+  // Same prompt again: at most prompt-1 tokens, so one is left to prefill: 9 (inside a block).
   auto l1 = pc.acquire(a);
-  EXPECT_EQ(l1.reused, 8);
-  EXPECT_EQ(l1.cache->length(), 8);
-  EXPECT_TRUE(same_prefix(*l1.cache, *reference, 8));
+  EXPECT_EQ(l1.reused, 9);
+  EXPECT_EQ(l1.cache->length(), 9);
+  EXPECT_TRUE(same_prefix(*l1.cache, *reference, 9));
   EXPECT_EQ(pc.entries(), 0u);  // the prompt extends the entry: taken over
-  pc.release(std::move(l1.cache), std::vector<int32_t>(a.begin(), a.begin() + 8));
+  pc.release(std::move(l1.cache), std::vector<int32_t>(a.begin(), a.begin() + 9));
 
-  // A prompt sharing 5 tokens reuses 4; the longer entry is copied, not taken.
+  // A prompt sharing 5 tokens reuses 5; the longer entry is copied, not taken.
   std::vector<int32_t> long_seq;
   for (int i = 0; i < 20; ++i) long_seq.push_back(100 + i);
   PrefixCache pc2(small_shape(), 1 << 20);
@@ -306,10 +308,11 @@ TEST(ServerPrefixCache, ReusesWholeBlocksOfTheLongestPrefix) {
   other.push_back(7);
   other.push_back(8);
   auto l3 = pc2.acquire(other);
-  EXPECT_EQ(l3.reused, 4);
+  EXPECT_EQ(l3.reused, 5);
+  EXPECT_EQ(l3.cache->length(), 5);
   EXPECT_EQ(pc2.entries(), 1u);
   auto again = pc2.acquire(long_seq);  // the long entry is still whole
-  EXPECT_EQ(again.reused, 16);
+  EXPECT_EQ(again.reused, 19);
 
   // No common prefix: a fresh cache.
   auto l4 = pc2.acquire({999, 1, 2, 3, 4, 5});
