@@ -49,6 +49,10 @@ enum class Endpoint { Chat, Completion };
 struct Job {
   Endpoint endpoint = Endpoint::Chat;
   std::vector<int32_t> prompt;
+  // Prompts with images: (prompt.size(), hidden) input rows, and what the prefix cache compares
+  // per position (see server/media.h). Both empty for text-only prompts.
+  std::vector<float> embeddings;
+  std::vector<int32_t> cache_key;
   std::string forced_text;  // already in `prompt`; fed to the output parser first
   bool opens_reasoning = false;
   Json tools;
@@ -57,6 +61,8 @@ struct Job {
   int64_t max_tokens = 0;
   std::string id, model;
   int64_t created = 0;
+
+  const std::vector<int32_t>& cache_tokens() const { return cache_key.empty() ? prompt : cache_key; }
 };
 
 }  // namespace m3::server

@@ -140,7 +140,7 @@ Json Generation::logprob_entry(const float* logits, int32_t id) const {
 }
 
 std::vector<int32_t> Generation::cached_tokens() const {
-  std::vector<int32_t> held(job_->prompt);
+  std::vector<int32_t> held(job_->cache_tokens());
   if (!generated_.empty()) held.insert(held.end(), generated_.begin(), generated_.end() - 1);
   return held;
 }

@@ -16,6 +16,7 @@
 #include "chat/output_parser.h"
 #include "runtime/engine.h"
 #include "server/api_error.h"
+#include "server/media.h"
 #include "server/metrics.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
@@ -73,6 +74,9 @@ class Server {
       model_name_ = p.filename().string();
       if (model_name_.empty()) model_name_ = "m3";
     }
+    if (engine_->config.vision.has_value())
+      tower_ = std::make_unique<vision::VisionTower>(engine_->config, engine_->store, *engine_->pool);
+    media_.allowed_local_dir = o.allowed_local_media_path;
     cache_ = std::make_unique<PrefixCache>(engine_->model->cache_shape(), o.cache_mb << 20);
     M3_CHECK(o.parallel >= 1, "--parallel must be >= 1, got ", o.parallel);
     SchedulerOptions so;
@@ -234,17 +238,32 @@ class Server {
       } catch (const Error& e) {
         throw ApiError(400, e.what(), param_of_error_message(e.what()));
       }
-      if (!prompt.media.empty()) {
-        const auto& m = prompt.media.front();
-        throw ApiError(400, "image and video parts are not supported by m3 serve yet",
-                       str_cat("messages[", m.message_index, "].content[", m.part_index, "]"), "unsupported_content");
-      }
       job->prompt = chat::tokenize(tok, prompt);
+      if (!prompt.media.empty()) {
+        if (!tower_) {
+          const auto& m = prompt.media.front();
+          throw ApiError(400, "this model has no vision tower: image parts cannot be used",
+                         str_cat("messages[", m.message_index, "].content[", m.part_index, "]"), "unsupported_content");
+        }
+        // The vision tower runs here, on the HTTP thread: the shared thread pool interleaves it
+        // with the scheduler's forward passes.
+        MediaPrompt mp = build_media_prompt(*engine_, *tower_, job->prompt, prompt.media, media_);
+        job->prompt = std::move(mp.ids);
+        job->embeddings = std::move(mp.embeddings);
+        job->cache_key = std::move(mp.cache_key);
+      }
       job->opens_reasoning = prompt.opens_reasoning;
       job->forced_text = forced_tool_prefix(r.tool_choice, r.thinking_mode);
       if (!job->forced_text.empty()) {
         const auto forced = tok.encode(job->forced_text, /*allow_special=*/true);
         job->prompt.insert(job->prompt.end(), forced.begin(), forced.end());
+        if (!job->cache_key.empty()) {
+          job->cache_key.insert(job->cache_key.end(), forced.begin(), forced.end());
+          const int64_t H = engine_->config.text.hidden_size;
+          const size_t at = job->embeddings.size();
+          job->embeddings.resize(at + forced.size() * size_t(H));
+          engine_->model->embed(forced.data(), int64_t(forced.size()), job->embeddings.data() + at);
+        }
       }
       job->tools = r.tools;
       job->parse_tools = r.tool_choice.kind != ToolChoiceKind::None;
@@ -277,6 +296,8 @@ class Server {
   std::string model_name_;
   int64_t started_ = now_seconds();
   Metrics metrics_;
+  std::unique_ptr<vision::VisionTower> tower_;  // when the checkpoint has one
+  MediaOptions media_;
   std::unique_ptr<PrefixCache> cache_;
   int sample_vocab_ = 0;
   std::unique_ptr<Scheduler> scheduler_;  // last: its thread stops before the rest is destroyed

@@ -19,7 +19,8 @@ struct ServerOptions {
   int prefill_chunk = 512;
   int http_threads = 32;
   int parallel = 1;              // sequences decoded together (continuous batching)
-  int timeout_seconds = 60;      // HTTP read/write timeout: slow or stalled clients are dropped
+  int timeout_seconds = 60;
+  std::string allowed_local_media_path;  // image parts may name files under this folder; empty: data: URLs only      // HTTP read/write timeout: slow or stalled clients are dropped
 };
 
 // Loads the model, binds, prints "m3 serve: listening on http://HOST:PORT" on stderr and serves

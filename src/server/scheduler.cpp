@@ -77,9 +77,11 @@ void Scheduler::admit(std::deque<std::unique_ptr<Generation>>& arrivals) {
     }
     Sequence s;
     const std::vector<int32_t>& prompt = gen->job().prompt;
-    auto lease = cache_.acquire(prompt);
+    auto lease = cache_.acquire(gen->job().cache_tokens());
     s.cache = std::move(lease.cache);
     s.pending.assign(prompt.begin() + lease.reused, prompt.end());
+    if (!gen->job().embeddings.empty())
+      s.prompt_rows = gen->job().embeddings.data() + lease.reused * engine_.config.text.hidden_size;
     gen->start(lease.reused);
     s.gen = std::move(gen);
     running_.push_back(std::move(s));
@@ -94,8 +96,12 @@ void Scheduler::run_step() {
   auto add = [&](size_t i, int64_t n) {
     Sequence& s = running_[i];
     const bool last = s.fed + size_t(n) == s.pending.size();
-    inputs.push_back(BatchInput{s.cache.get(), s.pending.data() + s.fed, nullptr, n,
-                                last ? LogitsFor::Last : LogitsFor::None, &s.logits});
+    BatchInput in{s.cache.get(), s.pending.data() + s.fed, nullptr, n, last ? LogitsFor::Last : LogitsFor::None, &s.logits};
+    if (s.prompt_rows) {  // a prompt with images goes in as input rows
+      in.tokens = nullptr;
+      in.embeddings = s.prompt_rows + int64_t(s.fed) * engine_.config.text.hidden_size;
+    }
+    inputs.push_back(in);
     owner.push_back(i);
     budget -= n;
   };
@@ -136,6 +142,7 @@ void Scheduler::run_step() {
     } else {
       s.pending.assign(1, next);
       s.fed = 0;
+      s.prompt_rows = nullptr;
     }
   }
 }

@@ -41,6 +41,7 @@ class Scheduler {
     std::unique_ptr<KvCache> cache;
     std::vector<int32_t> pending;  // tokens not yet fed: the prompt's uncached rest, then the last sampled token
     size_t fed = 0;                // of pending
+    const float* prompt_rows = nullptr;  // input rows of pending[0] while the prompt has images
     std::vector<float> logits;
     bool done = false, cancelled = false;
   };

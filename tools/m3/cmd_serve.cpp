@@ -25,6 +25,8 @@ void register_serve(CLI::App& app) {
       ->capture_default_str()->check(CLI::Range(1, 256));
   cmd->add_option("--timeout", o->timeout_seconds, "Seconds a client may stall sending its request or reading the response")
       ->capture_default_str()->check(CLI::Range(1, 86400));
+  cmd->add_option("--allowed-local-media-path", o->allowed_local_media_path,
+                  "Image parts may name local files under this folder (default: only data: URLs)");
   cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->callback([o] { server::run_server(*o); });
 }

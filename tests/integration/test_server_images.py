@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""Image parts in `m3 serve` chat requests (tiny-vl checkpoint, Pillow-made PNG/JPEG images).
+
+Checks: a data: URL image is accepted and expands to start + N image tokens + end (prompt_tokens);
+a warm server reusing the cached image equals a cold server bit for bit; a different image with the
+same text does not reuse the first image's rows (cached_tokens stops before them) and changes the
+logits; local paths work only under --allowed-local-media-path; bad images, bad base64, remote URLs
+and paths outside the folder are 400s naming messages[i].content[j]; the server keeps serving.
+"""
+import base64
+import http.client
+import io
+import json
+import os
+import subprocess
+import sys
+
+from PIL import Image
+
+sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
+import load_client  # noqa: E402
+
+M3 = os.environ["M3_BIN"]
+SCRATCH = os.environ["M3_SCRATCH"]
+os.makedirs(SCRATCH, exist_ok=True)
+failures = []
+
+
+def check(cond, what):
+    print(("ok - " if cond else "not ok - ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def post(port, body):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = json.loads(r.read())
+    conn.close()
+    return r.status, data
+
+
+def image_bytes(w, h, seed, fmt="PNG"):
+    img = Image.new("RGB", (w, h))
+    img.putdata([((x * 7 + seed * 31) % 256, (y * 5 + seed * 17) % 256, ((x + y) * 3 + seed) % 256)
+                 for y in range(h) for x in range(w)])
+    buf = io.BytesIO()
+    img.save(buf, fmt)
+    return buf.getvalue()
+
+
+def data_url(b, mime="image/png"):
+    return f"data:{mime};base64," + base64.b64encode(b).decode()
+
+
+def request(url, text="Describe the picture."):
+    return {"model": "tiny-vl", "temperature": 0, "max_tokens": 6, "logprobs": True, "top_logprobs": 3,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": text},
+                                                      {"type": "image_url", "image_url": {"url": url}}]}]}
+
+
+model = os.path.join(SCRATCH, "tiny-vl")
+subprocess.run([M3, "make-checkpoint", "--preset", "tiny-vl", "--seed", "4", "--out", model], check=True,
+               stdout=subprocess.DEVNULL)
+media_dir = os.path.join(SCRATCH, "media")
+os.makedirs(media_dir, exist_ok=True)
+a = image_bytes(75, 53, 1)
+b = image_bytes(75, 53, 2)
+with open(os.path.join(media_dir, "a.png"), "wb") as f:
+    f.write(a)
+with open(os.path.join(SCRATCH, "outside.png"), "wb") as f:
+    f.write(a)
+
+warm_proc, warm = load_client.start_server(
+    M3, model, ["-t", "2", "--parallel", "2", "--allowed-local-media-path", media_dir], os.path.join(SCRATCH, "warm.log"))
+cold_proc, cold = load_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0"], os.path.join(SCRATCH, "cold.log"))
+try:
+    text_only = {"model": "tiny-vl", "max_tokens": 1, "messages": [{"role": "user", "content": "Describe the picture."}]}
+    st, t = post(warm, text_only)
+    st1, r1 = post(warm, request(data_url(a)))
+    check(st == 200 and st1 == 200, f"text-only and data: URL image requests answered ({st}, {st1})")
+    # 75x53 -> smart_resize 84x56 -> (84/28)*(56/28) = 6 merged tokens; the part's one placeholder
+    # becomes start + 6 + end.
+    if st1 == 200 and st == 200:
+        added = r1["usage"]["prompt_tokens"] - t["usage"]["prompt_tokens"]
+        check(added == 6 + 2, f"the image adds start + 6 image tokens + end ({added} tokens)")
+
+    st2, r2 = post(warm, request(data_url(a)))
+    stc, rc = post(cold, request(data_url(a)))
+    check(st2 == 200 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1,
+          f"same image again: everything but the last prompt token reused ({r2['usage'] if st2 == 200 else r2})")
+    check(stc == 200 and r2["choices"][0]["logprobs"] == rc["choices"][0]["logprobs"]
+          and r1["choices"][0]["logprobs"] == rc["choices"][0]["logprobs"],
+          "log-probabilities with the cached image equal a cold server's")
+
+    st3, r3 = post(warm, request(data_url(b)))
+    cached3 = r3["usage"]["prompt_tokens_details"]["cached_tokens"] if st3 == 200 else -1
+    check(st3 == 200 and 0 < cached3 <= r3["usage"]["prompt_tokens"] - 8,
+          f"a different image reuses only the text before it (cached {cached3} of {r3['usage']['prompt_tokens'] if st3 == 200 else '?'})")
+    check(st3 == 200 and r3["choices"][0]["logprobs"] != r1["choices"][0]["logprobs"], "a different image changes the logits")
+
+    st4, r4 = post(warm, request(os.path.join(media_dir, "a.png")))
+    check(st4 == 200 and r4["choices"][0]["logprobs"] == r1["choices"][0]["logprobs"],
+          "a local path under --allowed-local-media-path gives the same answer as the data: URL")
+    st5, r5 = post(warm, request("file://" + os.path.join(media_dir, "a.png")))
+    check(st5 == 200, "file:// URL under the allowed folder")
+
+    jpeg = image_bytes(40, 90, 3, "JPEG")
+    st6, _ = post(warm, request(data_url(jpeg, "image/jpeg")))
+    check(st6 == 200, "JPEG data URL")
+
+    bad = [
+        (request("data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA"), "truncated PNG"),
+        (request("data:image/png;base64,@@@@"), "invalid base64"),
+        (request("data:image/png,rawbytes"), "data URL without ;base64"),
+        (request("https://example.com/cat.png"), "remote URL"),
+        (request(os.path.join(SCRATCH, "outside.png")), "path outside the allowed folder"),
+        (request(os.path.join(media_dir, "..", "outside.png")), "path escaping with .."),
+        (request(os.path.join(media_dir, "missing.png")), "missing file"),
+        (request(data_url(b"not an image at all")), "bytes that are no image"),
+    ]
+    for body, what in bad:
+        st, r = post(warm, body)
+        param = r.get("error", {}).get("param")
+        check(st == 400 and param == "messages[0].content[1]", f"{what}: 400 naming {param} ({r.get('error', {}).get('message', '')[:80]})")
+    st, r = post(cold, request(os.path.join(media_dir, "a.png")))
+    check(st == 400 and "allowed-local-media-path" in r["error"]["message"], "local paths are refused without the flag")
+    st, _ = post(warm, request(data_url(a)))
+    check(st == 200 and warm_proc.poll() is None and cold_proc.poll() is None, "servers keep serving")
+finally:
+    for p in (warm_proc, cold_proc):
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+print(f"server-images: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
+sys.exit(1 if failures else 0)
