@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "server/metrics.h"
+#include "server/media.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/stop_strings.h"
@@ -368,4 +369,46 @@ TEST(ServerMetrics, PrometheusText) {
   EXPECT_NE(t.find("m3_decode_tokens_per_second 36\n"), std::string::npos);
   EXPECT_NE(t.find("m3_queue_length 3\n"), std::string::npos);
   EXPECT_NE(t.find("# TYPE m3_prompt_tokens_total counter\n"), std::string::npos);
+}
+
+TEST(ServerMedia, Base64DecodesStandardAlphabetOnly) {
+  std::string out;
+  ASSERT_TRUE(m3::server::decode_base64("aGVsbG8=", out));
+  EXPECT_EQ(out, "hello");
+  ASSERT_TRUE(m3::server::decode_base64("aGVsbG8", out));  // padding optional
+  EXPECT_EQ(out, "hello");
+  ASSERT_TRUE(m3::server::decode_base64("aGVs\nbG8h", out));  // line breaks ignored
+  EXPECT_EQ(out, "hello!");
+  ASSERT_TRUE(m3::server::decode_base64("", out));
+  EXPECT_EQ(out, "");
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes.push_back(char(i));
+  // "AAECAwQF..." is the standard encoding of bytes 0..255; check a few round trips by hand.
+  ASSERT_TRUE(m3::server::decode_base64("AAECAw==", out));
+  EXPECT_EQ(out, bytes.substr(0, 4));
+  ASSERT_TRUE(m3::server::decode_base64("+/8=", out));
+  EXPECT_EQ(out, std::string("\xfb\xff"));
+  EXPECT_FALSE(m3::server::decode_base64("aGVs@G8=", out));  // not in the alphabet
+  EXPECT_FALSE(m3::server::decode_base64("aG-s", out));      // URL-safe alphabet is not accepted
+  EXPECT_FALSE(m3::server::decode_base64("aGE=bG8=", out));  // data after padding
+  EXPECT_FALSE(m3::server::decode_base64("a", out));         // 6 bits cannot make a byte
+}
+
+TEST(ServerMedia, RemoteAndDisallowedSourcesAreRefused) {
+  m3::server::MediaOptions o;
+  auto param_of = [&](const std::string& url) {
+    try {
+      m3::server::read_media_bytes(url, o, "messages[0].content[1]");
+    } catch (const m3::server::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << url;
+      return e.param;
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(param_of("https://example.com/a.png"), "messages[0].content[1]");
+  EXPECT_EQ(param_of("/etc/passwd"), "messages[0].content[1]");  // no --allowed-local-media-path
+  EXPECT_EQ(param_of("data:image/png;base64,@@"), "messages[0].content[1]");
+  EXPECT_EQ(m3::server::read_media_bytes("data:text/plain;base64,aGk=", o, "p"), "hi");
+  o.max_bytes = 1;
+  EXPECT_EQ(param_of("data:text/plain;base64,aGk="), "messages[0].content[1]");
 }
