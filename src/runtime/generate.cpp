@@ -1,6 +1,7 @@
 #include "runtime/generate.h"
 
 #include <algorithm>
+#include <deque>
 
 #include "base/error.h"
 
@@ -55,12 +56,24 @@ GenerateStats generate(TextModel& model, KvCache& cache, const std::vector<int32
   st.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
+  std::deque<int32_t> forced;
+  if (opt.thinking_budget)
+    for (int32_t id : opt.thinking_budget->begin()) forced.push_back(id);
   for (int i = 0; i < opt.max_new_tokens; ++i) {
     if (i > 0) model.forward(cache, &history.back(), 1, LogitsFor::Last, logits);
-    const int vocab = opt.sample_vocab > 0 ? std::min(opt.sample_vocab, model.vocab_size()) : model.vocab_size();
-    const int32_t next = sampler.sample(logits.data(), vocab, history);
+    int32_t next;
+    if (!forced.empty()) {
+      next = forced.front();
+      forced.pop_front();
+      ++st.forced_tokens;
+    } else {
+      const int vocab = opt.sample_vocab > 0 ? std::min(opt.sample_vocab, model.vocab_size()) : model.vocab_size();
+      next = sampler.sample(logits.data(), vocab, history);
+    }
     history.push_back(next);
     ++st.generated_tokens;
+    if (opt.thinking_budget)
+      for (int32_t id : opt.thinking_budget->on_token(next)) forced.push_back(id);
     const bool stop = std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), next) != opt.stop_tokens.end();
     if (!on_token(next) || stop) {
       st.stopped_by_token = stop;

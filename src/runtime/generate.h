@@ -5,6 +5,7 @@
 #include <functional>
 #include <vector>
 
+#include "chat/thinking_budget.h"
 #include "model/text_model.h"
 #include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
@@ -22,12 +23,17 @@ struct GenerateOptions {
   // nullptr: embed the prompt ids.
   const float* prompt_embeddings = nullptr;
   SamplingParams sampling;
+  // Caps reasoning: every generated token is fed to it, and the tokens it returns (the closing
+  // `</mm:think>` at the cap) are fed to the model and reported through on_token in place of
+  // sampling; they count as generated tokens. nullptr: every token is sampled.
+  chat::ThinkingBudget* thinking_budget = nullptr;
 };
 
 struct GenerateStats {
   int64_t prompt_tokens = 0, generated_tokens = 0;
   double prefill_seconds = 0.0, decode_seconds = 0.0;
   bool stopped_by_token = false;
+  int64_t forced_tokens = 0;  // generated tokens that thinking_budget forced instead of sampling
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prompt_tokens / prefill_seconds : 0.0; }
   // Decode speed counts the forward passes after the first sampled token.
   double decode_tokens_per_second() const {
