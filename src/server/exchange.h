@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,7 +55,8 @@ struct Job {
   std::vector<float> embeddings;
   std::vector<int32_t> cache_key;
   std::string forced_text;  // already in `prompt`; fed to the output parser first
-  bool opens_reasoning = false;
+  bool opens_reasoning = false;   // the prompt ends inside an open thought
+  std::optional<int64_t> max_reasoning_tokens;  // chat: cap on reasoning tokens (reasoning_effort)
   Json tools;
   bool parse_tools = true;
   GenerationParams gen;

@@ -39,7 +39,15 @@ Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange>
       decoder_(tokenizer),
       stops_(job_->gen.stop),
       sampler_(job_->gen.sampling),
-      history_(job_->prompt) {}
+      history_(job_->prompt) {
+  // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
+  // only reasoning tokens to count (usage.completion_tokens_details).
+  if (chat_) {
+    const bool forced = !job_->forced_text.empty();
+    budget_.emplace(chat::ThinkingMarkers::from_tokenizer(tokenizer),
+                    forced ? std::nullopt : job_->max_reasoning_tokens, !forced && job_->opens_reasoning);
+  }
+}
 
 Json Generation::base_object(const char* object) const {
   return Json{{"id", job_->id}, {"object", object}, {"created", job_->created}, {"model", job_->model}};
@@ -83,17 +91,15 @@ void Generation::start(int64_t reused) {
   if (chat_ && !job_->forced_text.empty()) emit_deltas(parser_.push(job_->forced_text));
 }
 
-int32_t Generation::step(const float* logits) {
-  if (generated_.empty()) first_token_ = std::chrono::steady_clock::now();
-  if (int64_t(generated_.size()) >= job_->max_tokens) return -1;
-  const int32_t id = sampler_.sample(logits, sample_vocab_, history_);
+bool Generation::accept(int32_t id, const float* logits) {
   history_.push_back(id);
   generated_.push_back(id);
+  ++unfed_;
   if (id == eot_ && !job_->gen.ignore_eos) {
     hit_eot_ = true;
-    return -1;
+    return false;
   }
-  if (job_->gen.logprobs) {
+  if (logits && job_->gen.logprobs) {
     Json entry = logprob_entry(logits, id);
     if (stream_) pending_logprob_ = std::move(entry);
     else logprobs_.push_back(std::move(entry));
@@ -104,9 +110,24 @@ int32_t Generation::step(const float* logits) {
   if (!pending_logprob_.is_null()) chunk(Json::object(), nullptr);
   if (stops_.stopped()) {
     hit_stop_ = true;
-    return -1;
+    return false;
   }
-  return int64_t(generated_.size()) < job_->max_tokens ? id : -1;
+  return true;
+}
+
+bool Generation::step(const float* logits, std::vector<int32_t>& feed) {
+  feed.clear();
+  unfed_ = 0;  // the scheduler fed what the last step returned
+  if (generated_.empty()) first_token_ = std::chrono::steady_clock::now();
+  std::vector<int32_t> next = {sampler_.sample(logits, sample_vocab_, history_)};
+  for (size_t i = 0; i < next.size(); ++i) {
+    if (int64_t(generated_.size()) >= job_->max_tokens) return false;
+    if (!accept(next[i], i == 0 ? logits : nullptr)) return false;
+    feed.push_back(next[i]);
+    if (budget_)
+      for (int32_t forced : budget_->on_token(next[i])) next.push_back(forced);
+  }
+  return int64_t(generated_.size()) < job_->max_tokens;
 }
 
 // OpenAI's entry for one sampled token: its log-probability under the model's distribution over
@@ -141,7 +162,7 @@ Json Generation::logprob_entry(const float* logits, int32_t id) const {
 
 std::vector<int32_t> Generation::cached_tokens() const {
   std::vector<int32_t> held(job_->cache_tokens());
-  if (!generated_.empty()) held.insert(held.end(), generated_.begin(), generated_.end() - 1);
+  held.insert(held.end(), generated_.begin(), generated_.end() - unfed_);
   return held;
 }
 
@@ -169,10 +190,11 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
     const auto& msg = parser_.message();
     if (!msg.tool_calls.empty() && !msg.tool_call_truncated) finish_reason = "tool_calls";
   }
-  const Json usage = {{"prompt_tokens", prompt_tokens},
-                      {"completion_tokens", completion_tokens},
-                      {"total_tokens", prompt_tokens + completion_tokens},
-                      {"prompt_tokens_details", {{"cached_tokens", reused_}}}};
+  Json usage = {{"prompt_tokens", prompt_tokens},
+                {"completion_tokens", completion_tokens},
+                {"total_tokens", prompt_tokens + completion_tokens},
+                {"prompt_tokens_details", {{"cached_tokens", reused_}}}};
+  if (budget_) usage["completion_tokens_details"] = {{"reasoning_tokens", budget_->reasoning_tokens()}};
   if (stream_) {
     chunk(chat_ ? Json::object() : Json(""), finish_reason);
     if (job_->gen.include_usage) {

@@ -6,10 +6,12 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "chat/output_parser.h"
+#include "chat/thinking_budget.h"
 #include "runtime/sampler.h"
 #include "server/exchange.h"
 #include "server/metrics.h"
@@ -30,10 +32,11 @@ class Generation {
   // The request got its cache, `reused` prompt tokens of it from the prefix cache; sends the
   // stream's opening chunk.
   void start(int64_t reused);
-  // The prompt is prefilled and `logits` are the last prompt token's: samples, handles the token.
-  // Returns the token to feed next, or -1 when the generation is over (end of turn, stop string,
-  // max_tokens).
-  int32_t step(const float* logits);
+  // `logits` are those of the last token fed (the prompt's, then the previous step's): samples a
+  // token and handles it, plus any tokens the thinking budget forces after it (the closer of a
+  // thought at the reasoning cap). Returns false when the generation is over (end of turn, stop
+  // string, max_tokens); otherwise `feed` holds the tokens to feed next.
+  bool step(const float* logits, std::vector<int32_t>& feed);
   // Ends the request: the final chunks and usage (or the whole response), and the metrics.
   // cancelled: the client went away (no response is written).
   void complete(Metrics& metrics, bool cancelled);
@@ -45,6 +48,7 @@ class Generation {
   std::vector<int32_t> cached_tokens() const;
 
  private:
+  bool accept(int32_t id, const float* logits);  // logits: of a sampled token (for logprobs); nullptr if forced
   void chunk(Json delta_or_text, const Json& finish_reason);
   void emit_deltas(const std::vector<chat::ChatDelta>& ds);
   void emit_text(const std::string& s);
@@ -68,6 +72,8 @@ class Generation {
   std::string text_;  // completions: the whole output
   Json logprobs_ = Json::array();  // chat with logprobs: one entry per generated token (non-streaming)
   Json pending_logprob_;           // streaming: the entry of the token being emitted, sent with its first chunk
+  std::optional<chat::ThinkingBudget> budget_;  // chat: counts reasoning tokens, enforces the cap
+  int64_t unfed_ = 0;  // generated tokens not yet fed to the model (the cache lacks them)
   bool hit_eot_ = false, hit_stop_ = false;
   int64_t reused_ = 0;
   std::chrono::steady_clock::time_point started_, first_token_;

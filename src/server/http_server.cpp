@@ -254,6 +254,10 @@ class Server {
       }
       job->opens_reasoning = prompt.opens_reasoning;
       job->forced_text = forced_tool_prefix(r.tool_choice, r.thinking_mode);
+      job->max_reasoning_tokens = r.max_reasoning_tokens;
+      // A zero reasoning budget in a prompt that opened the thought: close it right away.
+      if (job->forced_text.empty() && job->opens_reasoning && r.max_reasoning_tokens == int64_t(0))
+        job->forced_text = std::string(chat::kThinkClose);
       if (!job->forced_text.empty()) {
         const auto forced = tok.encode(job->forced_text, /*allow_special=*/true);
         job->prompt.insert(job->prompt.end(), forced.begin(), forced.end());

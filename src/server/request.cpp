@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "chat/chat_template.h"
+#include "chat/thinking_budget.h"
 
 namespace m3::server {
 
@@ -226,10 +227,22 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
 
   if (const Json* k = field(body, "chat_template_kwargs"))
     if (!k->is_object()) bad("chat_template_kwargs", std::string("expected an object, got ") + type_name(*k));
-  if (const Json* e = field(body, "reasoning_effort"))
-    if (!e->is_string()) bad("reasoning_effort", std::string("expected a string, got ") + type_name(*e));
   try {
-    r.thinking_mode = chat::thinking_mode_for_request(body);
+    if (const Json* e = field(body, "reasoning_effort")) {
+      // A name, or an explicit reasoning-token budget (a number or a string of digits).
+      std::string effort;
+      if (e->is_string()) effort = e->get<std::string>();
+      else if (e->is_number_integer() && e->get<int64_t>() >= 0) effort = std::to_string(e->get<int64_t>());
+      else bad("reasoning_effort", std::string("expected a string or a non-negative integer, got ") + type_name(*e));
+      const chat::ThinkingEffort effort_plan = chat::parse_reasoning_effort(effort, "reasoning_effort");
+      r.max_reasoning_tokens = effort_plan.max_reasoning_tokens;
+      // chat_template_kwargs still win for the mode; reasoning_effort decides it otherwise.
+      Json rest = body;
+      rest.erase("reasoning_effort");
+      r.thinking_mode = chat::thinking_mode_for_request(rest, effort_plan.mode);
+    } else {
+      r.thinking_mode = chat::thinking_mode_for_request(body);
+    }
   } catch (const Error& e) {
     throw ApiError(400, e.what(), param_of_error_message(e.what()));
   }

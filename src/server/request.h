@@ -39,6 +39,9 @@ struct ChatRequest {
   Json tools;  // null or a non-empty array
   ToolChoice tool_choice;
   chat::ThinkingMode thinking_mode = chat::ThinkingMode::Adaptive;
+  // reasoning_effort low / medium / a token count: reasoning tokens allowed before the engine
+  // closes the thought (docs/CHAT_FORMAT.md "Thinking effort"); nullopt: no cap.
+  std::optional<int64_t> max_reasoning_tokens;
   GenerationParams gen;
 };
 

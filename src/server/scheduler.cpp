@@ -107,12 +107,11 @@ void Scheduler::run_step() {
   };
   for (size_t i = 0; i < running_.size(); ++i) {
     const Sequence& s = running_[i];
-    if (!s.cancelled && s.pending.size() - s.fed == 1) add(i, 1);
+    if (!s.cancelled && s.decoding) add(i, int64_t(s.pending.size()));  // 1 token, or a few forced ones
   }
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     const Sequence& s = running_[i];
-    const int64_t left = int64_t(s.pending.size() - s.fed);
-    if (!s.cancelled && left > 1) add(i, std::min(left, budget));
+    if (!s.cancelled && !s.decoding) add(i, std::min(int64_t(s.pending.size() - s.fed), budget));
   }
   if (inputs.empty()) return;
 
@@ -136,12 +135,11 @@ void Scheduler::run_step() {
     Sequence& s = running_[owner[k]];
     s.fed += size_t(inputs[k].n);
     if (inputs[k].which != LogitsFor::Last) continue;
-    const int32_t next = s.gen->step(s.logits.data());
-    if (next < 0) {
+    if (!s.gen->step(s.logits.data(), s.pending)) {
       s.done = true;
     } else {
-      s.pending.assign(1, next);
       s.fed = 0;
+      s.decoding = true;
       s.prompt_rows = nullptr;
     }
   }

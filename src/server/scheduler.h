@@ -39,7 +39,8 @@ class Scheduler {
   struct Sequence {
     std::unique_ptr<Generation> gen;
     std::unique_ptr<KvCache> cache;
-    std::vector<int32_t> pending;  // tokens not yet fed: the prompt's uncached rest, then the last sampled token
+    std::vector<int32_t> pending;  // tokens not yet fed: the prompt's uncached rest, then each step's new tokens
+    bool decoding = false;         // the prompt is done
     size_t fed = 0;                // of pending
     const float* prompt_rows = nullptr;  // input rows of pending[0] while the prompt has images
     std::vector<float> logits;
