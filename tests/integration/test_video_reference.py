@@ -78,6 +78,30 @@ def token_ids(ck, text):
     return [int(v) for v in out.split(",")] if out else []
 
 
+def check_token_table():
+    """docs/VISION_TOKENS.md's video table == `m3 video-tokens`, and every row == the Python formulas."""
+    doc = open(os.path.join(SOURCE_DIR, "docs", "VISION_TOKENS.md"), encoding="utf-8").read()
+    a, b = "<!-- video-tokens table begin -->\n", "<!-- video-tokens table end -->"
+    table = doc[doc.index(a) + len(a):doc.index(b)]
+    out = m3("video-tokens").stdout
+    report("docs/VISION_TOKENS.md video table == m3 video-tokens", table == out,
+           f"{len(out.splitlines()) - 2} rows" if table == out else "regenerate the table with m3 video-tokens")
+    bad = []
+    for line in out.splitlines()[2:]:
+        c = [x.strip() for x in line.strip("|").split("|")]
+        w, h = (int(v) for v in c[0].split("×"))
+        dur, fps = float(c[1]), float(c[2])
+        idx = VR.sample_frame_indices(round(dur * 30), 30.0, fps=fps)
+        rh, rw = VR.video_smart_resize(h, w, len(idx))
+        t = -(-len(idx) // 2)
+        tokens = t * (rh // 28) * (rw // 28)
+        want = [c[0], c[1], c[2], str(len(idx)), f"{rw}×{rh}", f"{t}, {rh // 14}, {rw // 14}", f"{tokens:,}",
+                f"{tokens + 2 * t:,}"]
+        if c != want:
+            bad.append(f"{c} != {want}")
+    report("video token table rows == spec formulas (Python)", not bad, "; ".join(bad[:3]))
+
+
 def main():
     os.makedirs(SCRATCH, exist_ok=True)
     ck = scratch("tiny_vl")
@@ -252,6 +276,7 @@ def main():
     report("error: video placeholder count mismatch", p.returncode == 1 and "placeholder" in p.stdout,
            p.stdout.strip().splitlines()[-1] if p.stdout.strip() else "")
 
+    check_token_table()
     print(f"video-reference: {passed} passed, {failed} failed")
     return 1 if failed else 0
 
