@@ -14,6 +14,7 @@ namespace m3::cli {
 
 void register_bench_attention(CLI::App* bench);
 void register_bench_matmul(CLI::App* bench);
+void register_bench_vision(CLI::App* bench);
 
 std::vector<long long> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<long long> out;
@@ -54,6 +55,7 @@ void register_bench(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print JSON lines instead of a markdown table");
   register_bench_attention(cmd);
   register_bench_matmul(cmd);
+  register_bench_vision(cmd);
   cmd->callback([a, cmd] {
     if (!cmd->get_subcommands().empty()) return;  // a bench subcommand ran
     M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (bench attention, bench matmul)");
