@@ -232,6 +232,23 @@ def main():
         text = "First ]<]video[>[ then ]<]image[>[."
     mixed_ids, mixed_logits = run("mixed image + videos", text, media)
 
+    # small-vl: vision head_dim 80 as in M3 (RoPE 26/26/26 + 2), two segments at 4 fps.
+    ck_s = scratch("small_vl")
+    m3("make-checkpoint", "--preset", "small-vl", "--seed", "5", "--out", ck_s)
+    vs = VR.VisionReference(ck_s)
+    _, _, _, pv4s = video_expect(mp4, 4.0, "mp4_small")
+    want_s = vs.forward(pv4s, g4)
+    out_s, vout_s, tout_s = scratch("small.npy"), scratch("small.vis.npy"), scratch("small.ids.txt")
+    m3("logits", "-m", ck_s, "--text", "]<]video[>[ Describe.", "--video", mp4, "--video-fps", "4", "--out", out_s,
+       "--vision-out", vout_s, "--tokens-out", tout_s)
+    r = rel(np.load(vout_s), want_s)
+    report("small-vl @ 4 fps: vision embeddings vs float64 reference", r <= TOL, f"rel err {r:.2e}")
+    ids_s = [int(v) for v in open(tout_s).read().strip().split(",")]
+    pos = np.nonzero(np.asarray(ids_s) == vid_id)[0]
+    ref_s = R.M3Reference(ck_s).forward(ids_s, embeddings_override=(pos, want_s))
+    r = rel(np.load(out_s), ref_s)
+    report("small-vl @ 4 fps: logits vs float64 reference", r <= TOL, f"{len(ids_s)} tokens, rel err {r:.2e}")
+
     # generate --video: the greedy first token is the argmax of the last logits row.
     n_tok = max(max(tok["model"]["vocab"].values()), max(t["id"] for t in tok["added_tokens"])) + 1
     first = int(np.argmax(logits[-1, :n_tok]))
