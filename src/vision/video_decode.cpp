@@ -136,6 +136,15 @@ struct VideoSource::Impl {
     const int err = avformat_find_stream_info(d.fmt, nullptr);
     M3_CHECK(err >= 0, name, ": cannot read the stream information (", av_message(err), "; corrupt or truncated)");
     d.stream = av_find_best_stream(d.fmt, AVMEDIA_TYPE_VIDEO, -1, -1, nullptr, 0);
+    // Cover art (an attached picture) is a one-frame "video" stream; prefer a real one.
+    if (d.stream >= 0 && (d.fmt->streams[d.stream]->disposition & AV_DISPOSITION_ATTACHED_PIC))
+      for (unsigned i = 0; i < d.fmt->nb_streams; ++i) {
+        const AVStream* st = d.fmt->streams[i];
+        if (st->codecpar->codec_type == AVMEDIA_TYPE_VIDEO && !(st->disposition & AV_DISPOSITION_ATTACHED_PIC)) {
+          d.stream = int(i);
+          break;
+        }
+      }
     M3_CHECK(d.stream >= 0, name, ": has no video stream");
   }
 
@@ -300,9 +309,12 @@ void VideoSource::decode_frames(const std::vector<int64_t>& wanted,
              "; corrupt or truncated)");
     if (pkt.p->stream_index == d.stream) {
       err = avcodec_send_packet(dec.c, pkt.p);
+      // EAGAIN: the decoder holds output first; take it, then the packet goes in.
+      while (err == AVERROR(EAGAIN) && (more = drain())) err = avcodec_send_packet(dec.c, pkt.p);
       av_packet_unref(pkt.p);
-      M3_CHECK(err >= 0 || err == AVERROR(EAGAIN), name, ": cannot decode the video after frame ", index, " (",
-               av_message(err), "; corrupt video)");
+      if (!more) break;
+      M3_CHECK(err >= 0, name, ": cannot decode the video after frame ", index, " (", av_message(err),
+               "; corrupt video)");
       more = drain();
     } else {
       av_packet_unref(pkt.p);

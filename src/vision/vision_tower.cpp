@@ -207,9 +207,24 @@ std::vector<float> VisionTower::merge(const float* projected, int64_t rows) cons
 }
 
 std::vector<float> VisionTower::forward(const float* pixels, int64_t rows, int64_t cols, const GridThw& grid) const {
-  const std::vector<float> feats = encode(pixels, rows, cols, grid);
-  const std::vector<float> z = project(feats.data(), rows);
-  return merge(z.data(), rows);
+  check_grid(grid, vcfg_.spatial_merge_size);
+  M3_CHECK(rows == grid.patches(), "vision: pixel_values has ", rows, " rows but grid_thw [", grid.t, ", ", grid.h,
+           ", ", grid.w, "] implies ", grid.patches());
+  // Segments never see each other (attention stays inside one, everything else is per row or per
+  // merge window, and RoPE's t restarts), so a long video runs one segment at a time: the same
+  // result, with activations of one segment instead of the whole video in memory.
+  const int64_t seg_t = std::max(1, vcfg_.vision_segment_max_frames), per_group = grid.h * grid.w;
+  std::vector<float> out;
+  out.reserve(size_t(merged_tokens(grid) * out_dim_));
+  for (int64_t t0 = 0; t0 < grid.t; t0 += seg_t) {
+    const GridThw sub{std::min(seg_t, grid.t - t0), grid.h, grid.w};
+    const int64_t r = sub.patches();
+    const std::vector<float> feats = encode(pixels + t0 * per_group * cols, r, cols, sub);
+    const std::vector<float> z = project(feats.data(), r);
+    const std::vector<float> m = merge(z.data(), r);
+    out.insert(out.end(), m.begin(), m.end());
+  }
+  return out;
 }
 
 }  // namespace m3::vision
