@@ -308,6 +308,31 @@ TEST(VideoDecode, ClearErrors) {
   }
 }
 
+// The long-video and short-clip branches of the sampler, end to end through the decoder.
+TEST(VideoDecode, LongAndShortClips) {
+  if (!has_video_encoder("libx264")) GTEST_SKIP() << "no libx264 encoder";
+  // 310 s at 1 fps: longer than max_duration 300, so 300 instants over the whole video.
+  const std::string long_clip = scratch("long.mp4");
+  encode_video_file(long_clip, "libx264", 32, 32, 1, 1, 310, [](int64_t i) { return test_clip_frame(i, 32, 32); });
+  const VideoSource lv = VideoSource::open_file(long_clip);
+  EXPECT_EQ(lv.info().frames, 310);
+  const VideoInput li = preprocess_video(lv);
+  EXPECT_EQ(li.indices, sample_frame_indices(310, 1.0, {}));
+  // The last instant, t = 310 s, clamps to frame 309, which t = 308.96 s already took: 299 frames.
+  EXPECT_EQ(li.indices.size(), 299u);
+  EXPECT_EQ(li.indices.back(), 309);
+  EXPECT_EQ(li.pixels.grid.t, 150);
+  EXPECT_EQ(li.size.width, 56);  // 32x32 is below min_pixels: scaled up to 56x56
+  // 1 s at 10 fps: one step sample, so min_frames spreads 4 frames.
+  const std::string short_clip = scratch("short.mp4");
+  encode_video_file(short_clip, "libx264", kW, kH, 10, 1, 10, [](int64_t i) { return test_clip_frame(i, kW, kH); });
+  std::vector<int64_t> seen;
+  const VideoInput si = preprocess_video(VideoSource::open_file(short_clip), PreprocessConfig::video_frames(), {},
+                                         [&](int64_t i, const RgbImage&) { seen.push_back(i); });
+  EXPECT_EQ(seen, (Idx{0, 2, 5, 7}));
+  EXPECT_EQ(si.timestamps, (std::vector<double>{0.0, 0.5}));
+}
+
 // Mutated files (random bytes overwritten, or cut anywhere) either decode or throw m3::Error naming
 // the file; never crash (ASan runs this too).
 TEST(VideoDecode, MutatedFilesFailCleanly) {
