@@ -12,6 +12,8 @@
 #include <random>
 
 #include "base/error.h"
+#include "model/random_checkpoint.h"
+#include "runtime/multimodal_prompt.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/media_prompt.h"
 #include "vision/video_decode.h"
@@ -331,6 +333,38 @@ TEST(VideoDecode, LongAndShortClips) {
                                          [&](int64_t i, const RgbImage&) { seen.push_back(i); });
   EXPECT_EQ(seen, (Idx{0, 2, 5, 7}));
   EXPECT_EQ(si.timestamps, (std::vector<double>{0.0, 0.5}));
+}
+
+// The server's entry: parts in prompt order with media as bytes gives exactly what the CLI's
+// placeholder form gives from files.
+TEST(MultimodalPrompt, PartsWithBytesEqualPlaceholdersWithFiles) {
+  if (!has_video_encoder("libx264")) GTEST_SKIP() << "no libx264 encoder";
+  const std::string dir = scratch("tiny_vl");
+  RandomCheckpointOptions o;
+  o.preset = "tiny-vl";
+  o.seed = 3;
+  o.out_dir = dir;
+  make_random_checkpoint(o);
+  auto engine = Engine::load(dir, 1);
+  const std::string clip = make_clip("parts.mp4", "libx264");
+  const std::string gif = make_clip("parts.gif", "gif");  // a GIF file read as an image: its first frame
+  auto read = [](const std::string& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::vector<uint8_t>((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  };
+  const std::vector<uint8_t> vb = read(clip), ib = read(gif);
+  const MultimodalPrompt a =
+      build_multimodal_prompt(*engine, "See ]<]video[>[ and ]<]image[>[.", {gif}, {clip}, MultimodalOptions{});
+  MediaInput v{MediaKind::Video, "", vb.data(), vb.size(), "request video 1"};
+  MediaInput i{MediaKind::Image, "", ib.data(), ib.size(), "request image 1"};
+  const MultimodalPrompt b = build_multimodal_prompt(
+      *engine, std::vector<PromptPart>{{"See ", std::nullopt}, {"", v}, {" and ", std::nullopt}, {"", i}, {".", std::nullopt}});
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.embeddings, b.embeddings);
+  ASSERT_EQ(b.features.size(), 2u);
+  EXPECT_EQ(b.video_features.size(), 1u);
+  EXPECT_EQ(b.image_features.size(), 1u);
+  EXPECT_EQ(b.features[0], b.video_features[0]);
 }
 
 // Mutated files (random bytes overwritten, or cut anywhere) either decode or throw m3::Error naming
