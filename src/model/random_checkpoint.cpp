@@ -58,6 +58,15 @@ TensorData random_tensor(Rng& rng, const std::string& name, std::vector<int64_t>
   return t;
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary);
+  M3_CHECK(f, path, ": cannot open for writing");
+  f << text;
+  M3_CHECK(f.good(), path, ": write failed");
+}
+
+}  // namespace
+
 // Vision tower + projector + merger (spec §2.4): patch embedding fp32, everything else bf16.
 // Drawn from their own stream after all text tensors, so a preset's text weights are the same
 // bytes with and without a vision tower.
@@ -97,14 +106,6 @@ void add_random_vision_tensors(const ModelConfig& cfg, uint64_t seed, std::vecto
   linear("patch_merge_mlp.linear_2", P, P);
 }
 
-void write_text_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  M3_CHECK(f, path, ": cannot open for writing");
-  f << text;
-  M3_CHECK(f.good(), path, ": write failed");
-}
-
-}  // namespace
 
 std::vector<std::string> preset_names() { return {"tiny", "small", "tiny-vl", "small-vl"}; }
 

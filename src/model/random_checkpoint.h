@@ -30,6 +30,11 @@ ModelConfig preset_config(const std::string& preset, int vocab_size);
 // Number of BPE merges of the preset's tokenizer.
 int preset_num_merges(const std::string& preset);
 
+// Appends seeded random vision tower + projector + merger tensors (spec §2.4) for cfg.vision and
+// cfg.projector_hidden_size (benchmarks build towers of other shapes with it).
+struct TensorData;
+void add_random_vision_tensors(const ModelConfig& cfg, uint64_t seed, std::vector<TensorData>& tensors);
+
 // Writes config.json, tokenizer.json and the safetensors into out_dir (created if needed).
 void make_random_checkpoint(const RandomCheckpointOptions& opt);
 

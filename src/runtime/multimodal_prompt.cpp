@@ -1,58 +1,136 @@
 #include "runtime/multimodal_prompt.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "base/error.h"
 #include "vision/image_decode.h"
-#include "vision/image_prompt.h"
 #include "vision/preprocess.h"
+#include "vision/video_preprocess.h"
 
 namespace m3 {
 
 namespace {
 
-// Decode, preprocess (spec §5.1, sizes from the vision config) and encode one image file.
-std::vector<float> image_features(const vision::VisionTower& tower, const std::string& path, int64_t& tokens) {
-  const VisionConfig& v = tower.config();
-  vision::PreprocessConfig pc;
+// Preprocessing sizes from the vision config; the rest (bounds, CLIP mean/std) are the spec's.
+vision::PreprocessConfig preprocess_config(const VisionConfig& v, bool video) {
+  vision::PreprocessConfig pc = video ? vision::PreprocessConfig::video_frames() : vision::PreprocessConfig{};
   pc.patch_size = v.patch_size;
   pc.merge_size = v.spatial_merge_size;
   pc.temporal_patch_size = v.temporal_patch_size;
-  M3_CHECK(v.num_channels == 3, path, ": images are RGB but vision_config.num_channels is ", v.num_channels);
-  const vision::RgbImage img = vision::decode_image_file(path);
+  return pc;
+}
+
+struct Encoded {
+  vision::MediaLayout layout;
+  std::vector<float> features;
+};
+
+// Decode, preprocess (spec §5.1) and encode one image.
+Encoded encode_image(const vision::VisionTower& tower, const MediaInput& in) {
+  const std::string& name = in.label();
+  const vision::RgbImage img = in.data ? vision::decode_image(in.data, in.size, name) : vision::decode_image_file(in.path);
   vision::PixelValues pv;
   try {
-    pv = vision::preprocess_image(img, pc);
+    pv = vision::preprocess_image(img, preprocess_config(tower.config(), false));
   } catch (const Error& e) {
-    fail(path, ": ", e.what());
+    fail(name, ": ", e.what());
   }
-  tokens = tower.merged_tokens(pv.grid);
-  std::fprintf(stderr, "%s: %dx%d, grid_thw %lld %lld %lld, %lld image tokens\n", path.c_str(), img.width, img.height,
-               (long long)pv.grid.t, (long long)pv.grid.h, (long long)pv.grid.w, (long long)tokens);
-  return tower.forward(pv);
+  Encoded e;
+  e.layout.kind = vision::MediaKind::Image;
+  e.layout.tokens_per_group = tower.merged_tokens(pv.grid);
+  e.layout.group_prefix = {""};
+  std::fprintf(stderr, "%s: %dx%d, grid_thw %lld %lld %lld, %lld image tokens\n", name.c_str(), img.width,
+               img.height, (long long)pv.grid.t, (long long)pv.grid.h, (long long)pv.grid.w,
+               (long long)e.layout.tokens_per_group);
+  e.features = tower.forward(pv);
+  return e;
+}
+
+// Decode the sampled frames, preprocess (spec §5.2) and encode one video; one group per grid_t.
+Encoded encode_video(const vision::VisionTower& tower, const MediaInput& in, const vision::VideoSamplingConfig& sc) {
+  const std::string& name = in.label();
+  const vision::VideoSource src =
+      in.data ? vision::VideoSource::open_bytes(in.data, in.size, name) : vision::VideoSource::open_file(in.path);
+  const vision::VideoInput v = vision::preprocess_video(src, preprocess_config(tower.config(), true), sc);
+  Encoded e;
+  e.layout.kind = vision::MediaKind::Video;
+  const int64_t total = tower.merged_tokens(v.pixels.grid);
+  e.layout.tokens_per_group = total / v.pixels.grid.t;
+  for (double ts : v.timestamps) e.layout.group_prefix.push_back(vision::timestamp_text(ts));
+  std::fprintf(stderr,
+               "%s: %s %dx%d, %lld frames at %.3f fps; %zu sampled -> %dx%d, grid_thw %lld %lld %lld, "
+               "%lld video tokens\n",
+               name.c_str(), src.info().codec.c_str(), src.info().width, src.info().height,
+               (long long)src.info().frames, src.info().fps, v.indices.size(), v.size.width, v.size.height,
+               (long long)v.pixels.grid.t, (long long)v.pixels.grid.h, (long long)v.pixels.grid.w, (long long)total);
+  e.features = tower.forward(v.pixels);
+  return e;
 }
 
 }  // namespace
 
-MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
-                                         const std::vector<std::string>& image_paths, vision::VisionRopeVariant rope) {
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
+                                         const MultimodalOptions& options) {
   M3_CHECK(engine.config.vision.has_value(), engine.config.source,
-           ": images need a checkpoint with a vision tower, but config.json has no vision_config");
-  vision::VisionTower tower(engine.config, engine.store, *engine.pool, rope);
+           ": images and videos need a checkpoint with a vision tower, but config.json has no vision_config");
+  M3_CHECK(engine.config.vision->num_channels == 3, engine.config.source,
+           ": images are RGB but vision_config.num_channels is ", engine.config.vision->num_channels);
+  vision::VisionTower tower(engine.config, engine.store, *engine.pool, options.rope);
   MultimodalPrompt out;
-  std::vector<int64_t> counts;
-  for (const std::string& path : image_paths) {
-    int64_t n = 0;
-    out.image_features.push_back(image_features(tower, path, n));
-    counts.push_back(n);
+  std::vector<vision::MediaPromptPart> layout;
+  for (const PromptPart& part : parts) {
+    if (!part.media) {
+      layout.push_back({part.text, std::nullopt});
+      continue;
+    }
+    Encoded e = part.media->kind == vision::MediaKind::Image ? encode_image(tower, *part.media)
+                                                             : encode_video(tower, *part.media, options.video);
+    layout.push_back({"", e.layout});
+    (part.media->kind == vision::MediaKind::Image ? out.image_features : out.video_features).push_back(e.features);
+    out.features.push_back(std::move(e.features));
   }
-  const vision::ImagePrompt prompt = vision::build_image_prompt(*engine.tokenizer, text, counts);
+  const vision::MediaPrompt prompt = vision::build_media_prompt(*engine.tokenizer, layout);
   const int64_t H = engine.config.text.hidden_size;
   out.ids = prompt.ids;
   out.embeddings.resize(out.ids.size() * size_t(H));
   engine.model->embed(out.ids.data(), int64_t(out.ids.size()), out.embeddings.data());
-  vision::place_image_embeddings(prompt, out.image_features, H, out.embeddings.data());
+  M3_CHECK(prompt.rows.size() == out.features.size(), "vision: ", out.features.size(), " media items but ",
+           prompt.rows.size(), " in the prompt");
+  for (size_t i = 0; i < out.features.size(); ++i) {
+    const std::vector<int64_t>& rows = prompt.rows[i];
+    M3_CHECK(int64_t(out.features[i].size()) == int64_t(rows.size()) * H, "vision: media item ", i + 1, " has ",
+             out.features[i].size() / size_t(H), " feature rows for ", rows.size(), " placeholder tokens");
+    for (size_t k = 0; k < rows.size(); ++k)
+      std::memcpy(out.embeddings.data() + rows[k] * H, out.features[i].data() + k * size_t(H),
+                  size_t(H) * sizeof(float));
+  }
   return out;
+}
+
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
+                                         const std::vector<std::string>& image_paths,
+                                         const std::vector<std::string>& video_paths,
+                                         const MultimodalOptions& options) {
+  std::vector<PromptPart> parts;
+  for (const vision::PromptRef& r : vision::split_placeholders(text, image_paths.size(), video_paths.size())) {
+    if (!r.is_media) {
+      parts.push_back({r.text, std::nullopt});
+      continue;
+    }
+    MediaInput m;
+    m.kind = r.kind;
+    m.path = r.kind == vision::MediaKind::Image ? image_paths[r.index] : video_paths[r.index];
+    parts.push_back({"", m});
+  }
+  return build_multimodal_prompt(engine, parts, options);
+}
+
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
+                                         const std::vector<std::string>& image_paths, vision::VisionRopeVariant rope) {
+  MultimodalOptions o;
+  o.rope = rope;
+  return build_multimodal_prompt(engine, text, image_paths, {}, o);
 }
 
 }  // namespace m3

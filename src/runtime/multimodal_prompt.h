@@ -1,25 +1,62 @@
 #pragma once
-// Text plus images as model input (spec §5.3): each image is decoded, preprocessed and run through
-// the vision tower; its `]<]image[>[` placeholder in the text (or the end of the text, when there
-// is none) becomes start-of-image + N image tokens + end-of-image, and the N rows of the input
-// embeddings take the merged vision features in order. Shared by `m3 logits` and `m3 generate`.
+// Text plus images and videos as model input (spec §5): each item is decoded, preprocessed and run
+// through the vision tower; the token stream gets its start/placeholder/end tokens (a video: per
+// temporal group, its timestamp text first), and the placeholder rows of the input embeddings take
+// the merged vision features in order (vision/media_prompt.h). Shared by `m3 logits`,
+// `m3 generate` and (through the parts entry) the server.
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/engine.h"
+#include "vision/media_prompt.h"
+#include "vision/video_sampling.h"
 #include "vision/vision_tower.h"
 
 namespace m3 {
 
-struct MultimodalPrompt {
-  std::vector<int32_t> ids;                      // the expanded token stream
-  std::vector<float> embeddings;                 // (ids.size(), hidden): token rows + image rows
-  std::vector<std::vector<float>> image_features;  // per image (tokens, hidden)
+// One image or video: a file path, or bytes already read (data non-null; `name` is used in errors).
+struct MediaInput {
+  vision::MediaKind kind = vision::MediaKind::Image;
+  std::string path;
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  std::string name;
+  const std::string& label() const { return data ? name : path; }
 };
 
-// Throws m3::Error naming the file or the field when the checkpoint has no vision tower, an image
-// cannot be read, or the placeholders do not match the images.
+// A prompt given as parts in order (e.g. the content parts of a chat message): text, or media.
+struct PromptPart {
+  std::string text;
+  std::optional<MediaInput> media;
+};
+
+struct MultimodalOptions {
+  vision::VisionRopeVariant rope = vision::VisionRopeVariant::NeoxPadded;
+  vision::VideoSamplingConfig video;
+};
+
+struct MultimodalPrompt {
+  std::vector<int32_t> ids;                        // the expanded token stream
+  std::vector<float> embeddings;                   // (ids.size(), hidden): token rows + vision rows
+  std::vector<std::vector<float>> image_features;  // per image (tokens, hidden), in stream order
+  std::vector<std::vector<float>> video_features;  // per video (grid_t · M, hidden), in stream order
+  std::vector<std::vector<float>> features;        // per item (images and videos) in stream order
+};
+
+// Parts in prompt order. Throws m3::Error naming the file or the field when the checkpoint has no
+// vision tower or an item cannot be read.
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
+                                         const MultimodalOptions& options = {});
+
+// Text with `]<]image[>[` / `]<]video[>[` placeholders (vision/media_prompt.h split_placeholders).
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
+                                         const std::vector<std::string>& image_paths,
+                                         const std::vector<std::string>& video_paths,
+                                         const MultimodalOptions& options = {});
+
+// Images only (the original entry).
 MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
                                          const std::vector<std::string>& image_paths,
                                          vision::VisionRopeVariant rope = vision::VisionRopeVariant::NeoxPadded);

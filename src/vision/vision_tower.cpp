@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "kernels/matmul.h"
+#include "vision/vision_attention.h"
 
 namespace m3::vision {
 
@@ -149,51 +150,9 @@ void VisionTower::attention(const VisionLayerWeights& lw, const Rope3d& rope, co
     rope.apply(q.data() + r * D, r, int(heads));
     rope.apply(k.data() + r * D, r, int(heads));
   }
-  // Per-head contiguous keys and values: kh/vh (heads, rows, hd).
-  std::vector<float> kh(size_t(rows * D)), vh(size_t(rows * D));
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t hh = 0; hh < heads; ++hh)
-      for (int64_t d = 0; d < hd; ++d) {
-        kh[size_t((hh * rows + r) * hd + d)] = k[size_t(r * D + hh * hd + d)];
-        vh[size_t((hh * rows + r) * hd + d)] = v[size_t(r * D + hh * hd + d)];
-      }
-  std::vector<int64_t> seg_of(static_cast<size_t>(rows));
-  for (size_t s = 0; s < segments.size(); ++s)
-    for (int64_t r = segments[s].begin; r < segments[s].end; ++r) seg_of[size_t(r)] = int64_t(s);
-
-  const float scale = float(1.0 / std::sqrt(double(hd)));
+  // Full bidirectional attention inside each segment (vision_attention.h: tiled, online softmax).
   std::vector<float> attn(size_t(rows * D));
-  // One work item = one (head, query row); full bidirectional attention inside the row's segment.
-  pool_.parallel_for(heads * rows, [&](int64_t begin, int64_t end) {
-    std::vector<float> p, acc(static_cast<size_t>(hd));
-    for (int64_t item = begin; item < end; ++item) {
-      const int64_t hh = item / rows, r = item % rows;
-      const Segment& seg = segments[size_t(seg_of[size_t(r)])];
-      const int64_t L = seg.end - seg.begin;
-      p.resize(size_t(L));
-      const float* qr = q.data() + r * D + hh * hd;
-      const float* kb = kh.data() + (hh * rows + seg.begin) * hd;
-      const float* vb = vh.data() + (hh * rows + seg.begin) * hd;
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < L; ++j) {
-        const float* kj = kb + j * hd;
-        float s = 0.0f;
-        for (int64_t d = 0; d < hd; ++d) s += qr[d] * kj[d];
-        p[size_t(j)] = s * scale;
-        mx = std::max(mx, p[size_t(j)]);
-      }
-      float sum = 0.0f;
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < L; ++j) {
-        const float e = std::exp(p[size_t(j)] - mx);
-        sum += e;
-        const float* vj = vb + j * hd;
-        for (int64_t d = 0; d < hd; ++d) acc[size_t(d)] += e * vj[d];
-      }
-      float* o = attn.data() + r * D + hh * hd;
-      for (int64_t d = 0; d < hd; ++d) o[d] = acc[size_t(d)] / sum;
-    }
-  }, 16);
+  vision_attention(pool_, q.data(), k.data(), v.data(), rows, int(heads), int(hd), segments, attn.data());
   linear(lw.out, attn.data(), rows, out);
 }
 
@@ -248,9 +207,24 @@ std::vector<float> VisionTower::merge(const float* projected, int64_t rows) cons
 }
 
 std::vector<float> VisionTower::forward(const float* pixels, int64_t rows, int64_t cols, const GridThw& grid) const {
-  const std::vector<float> feats = encode(pixels, rows, cols, grid);
-  const std::vector<float> z = project(feats.data(), rows);
-  return merge(z.data(), rows);
+  check_grid(grid, vcfg_.spatial_merge_size);
+  M3_CHECK(rows == grid.patches(), "vision: pixel_values has ", rows, " rows but grid_thw [", grid.t, ", ", grid.h,
+           ", ", grid.w, "] implies ", grid.patches());
+  // Segments never see each other (attention stays inside one, everything else is per row or per
+  // merge window, and RoPE's t restarts), so a long video runs one segment at a time: the same
+  // result, with activations of one segment instead of the whole video in memory.
+  const int64_t seg_t = std::max(1, vcfg_.vision_segment_max_frames), per_group = grid.h * grid.w;
+  std::vector<float> out;
+  out.reserve(size_t(merged_tokens(grid) * out_dim_));
+  for (int64_t t0 = 0; t0 < grid.t; t0 += seg_t) {
+    const GridThw sub{std::min(seg_t, grid.t - t0), grid.h, grid.w};
+    const int64_t r = sub.patches();
+    const std::vector<float> feats = encode(pixels + t0 * per_group * cols, r, cols, sub);
+    const std::vector<float> z = project(feats.data(), r);
+    const std::vector<float> m = merge(z.data(), r);
+    out.insert(out.end(), m.begin(), m.end());
+  }
+  return out;
 }
 
 }  // namespace m3::vision

@@ -96,6 +96,7 @@ class VisionTower {
   int64_t merged_tokens(const GridThw& grid) const;
 
   // pixel_values (rows, cols) of one image or video -> merged embeddings (merged_tokens, output_dim).
+  // A video runs one attention segment (≤ vision_segment_max_frames temporal groups) at a time.
   // Throws m3::Error when rows != grid.patches(), cols != patch_input_dim, or the grid is invalid.
   std::vector<float> forward(const float* pixels, int64_t rows, int64_t cols, const GridThw& grid) const;
   std::vector<float> forward(const PixelValues& pv) const {

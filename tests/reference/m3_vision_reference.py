@@ -16,6 +16,11 @@ for any head_dim), inv_freq_k = theta^(-2k/axis), k < axis/2; angle vector [t*f,
 half = 3*axis/2; NeoX pairs (j, j+half); dims >= 2*half pass through. t restarts per segment; h, w are
 the patch row/column, recovered from the (t, bh, bw, sh, sw) row order: row = bh*m + sh, col = bw*m + sw.
 
+Video (spec §5.2, §5.3): sample_frame_indices, video_smart_resize, preprocess_video_frames (Pillow
+bicubic per frame, CLIP normalisation, temporal pad by repeating the last frame, patchify in
+(t, bh, bw, sh, sw) x (c, tp, ph, pw) order), group_timestamps and timestamp_text. A video is one
+forward() call: its segments are chunks of <= vision_segment_max_frames temporal groups.
+
 The checkpoint's vision tensors and config.json are read here (Checkpoint from m3_reference.py, which
 widens bf16/f16/f32 exactly). Command line:
   /usr/bin/python3 tests/reference/m3_vision_reference.py --model DIR --pixels pv.npy --grid T,H,W --out emb.npy
@@ -96,8 +101,98 @@ def rope_3d(x, coords, head_dim, theta):
     return out
 
 
+# ---- video preprocessing (spec §5.2) --------------------------------------------------------------
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+
+def sample_frame_indices(total, src_fps, fps=1.0, min_frames=4, max_frames=768, max_duration=300.0):
+    """Frame 0, then next = max(ceil((prev_ts + 1/fps - 1e-4) * src_fps), last + 1) until past the end.
+    Longer than max_duration: int(max_duration * fps) instants linspace(0, duration) -> ceil(t * src_fps).
+    More than max_frames / fewer than min_frames: that many, evenly spaced (floor(i * n / count))."""
+    duration = total / src_fps
+    if duration <= max_duration:
+        idx = [0]
+        while True:
+            nxt = max(math.ceil((idx[-1] / src_fps + 1.0 / fps - 1e-4) * src_fps), idx[-1] + 1)
+            if nxt >= total:
+                break
+            idx.append(nxt)
+    else:
+        n = int(max_duration * fps)
+        if n >= total:
+            idx = list(range(total))
+        else:
+            ts = np.linspace(0, duration, n, endpoint=True)
+            idx = sorted({min(total - 1, math.ceil(t * src_fps)) for t in ts})
+
+    def evenly(src, count):
+        return [src[i * len(src) // count] for i in range(count)]
+
+    if len(idx) > max_frames:
+        idx = evenly(idx, max_frames)
+    if len(idx) < min_frames and len(idx) < total:
+        idx = evenly(list(range(total)), min(min_frames, total))
+    return idx
+
+
+def smart_resize(h, w, min_pixels, max_pixels, factor=28):
+    if max(h, w) / min(h, w) > 200:
+        raise ValueError(f"aspect ratio of {w}x{h} above 200")
+    hb = max(factor, round(h / factor) * factor)
+    wb = max(factor, round(w / factor) * factor)
+    if hb * wb > max_pixels:
+        beta = math.sqrt((h * w) / max_pixels)
+        hb, wb = max(factor, math.floor(h / beta / factor) * factor), max(factor, math.floor(w / beta / factor) * factor)
+    elif hb * wb < min_pixels:
+        beta = math.sqrt(min_pixels / (h * w))
+        hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
+    return hb, wb
+
+
+def video_smart_resize(h, w, frames, min_pixels=3136, max_pixels=602112, total_pixels=45158400, temporal=2):
+    """Per-frame bound max(min(max_pixels, total_pixels / padded_frames * 2), min_pixels * 1.05)."""
+    padded = -(-frames // temporal) * temporal
+    bound = max(min(max_pixels, total_pixels / padded * temporal), int(min_pixels * 1.05))
+    return smart_resize(h, w, min_pixels, bound)
+
+
+def preprocess_video_frames(frames, patch=14, merge=2, temporal=2, **resize_kw):
+    """frames: uint8 [n, H, W, 3] (decoded sampled frames) -> (pixel_values float32 as the processor
+    computes them, grid (t, h, w))."""
+    from PIL import Image
+    n, H, W = frames.shape[:3]
+    rh, rw = video_smart_resize(H, W, n, temporal=temporal, **resize_kw)
+    out = []
+    for f in frames:
+        im = Image.fromarray(np.ascontiguousarray(f.astype(np.uint8)), "RGB")
+        if (rw, rh) != (W, H):
+            im = im.resize((rw, rh), Image.BICUBIC)
+        out.append(np.asarray(im))
+    while len(out) % temporal:
+        out.append(out[-1])
+    v = np.stack(out).astype(np.float32)  # [T, H', W', 3]
+    m32 = np.array(CLIP_MEAN, np.float32) * np.float32(255)
+    s32 = np.array(CLIP_STD, np.float32) * np.float32(255)
+    x = ((v - m32) / s32).transpose(0, 3, 1, 2)  # [T, 3, H', W']
+    gt, gh, gw = len(out) // temporal, rh // patch, rw // patch
+    p = x.reshape(gt, temporal, 3, gh // merge, merge, patch, gw // merge, merge, patch)
+    p = p.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)  # (t, bh, bw, sh, sw, c, tp, ph, pw)
+    return p.reshape(gt * gh * gw, 3 * temporal * patch * patch), (gt, gh, gw)
+
+
+def group_timestamps(indices, src_fps, temporal=2):
+    groups = -(-len(indices) // temporal)
+    return [indices[min(k * temporal, len(indices) - 1)] / src_fps for k in range(groups)]
+
+
+def timestamp_text(ts):
+    return f"]<]{ts:.1f} seconds[>["
+
+
 class VisionReference:
-    def __init__(self, model_dir, rope_variant="neox"):
+    def __init__(self, model_dir, rope_variant="neox", segment_max_frames=None):
         self.rope = {"neox": rope_3d, "hf-interleaved": rope_3d_interleaved}[rope_variant]
         self.ckpt = Checkpoint(model_dir)
         cfg = self.ckpt.config
@@ -112,7 +207,7 @@ class VisionReference:
         self.channels = v.get("num_channels", 3)
         self.theta = v.get("rope_theta", 10000.0)
         self.eps = v.get("layer_norm_eps", 1e-5)
-        self.seg_frames = v.get("vision_segment_max_frames", 4)
+        self.seg_frames = segment_max_frames or v.get("vision_segment_max_frames", 4)
         comp = cfg.get("img_token_compression_config") or v.get("img_token_compression_config") or {}
         self.merge = comp.get("spatial_merge_size", 2)
         self.tp = comp.get("temporal_patch_size", 2)

@@ -16,7 +16,8 @@ namespace m3::cli {
 void register_generate(CLI::App& app) {
   struct Args {
     std::string model, prompt, prompt_file;
-    std::vector<std::string> images;
+    std::vector<std::string> images, videos;
+    double video_fps = 1.0;
     int n = 64, threads = 0, chunk = 512;
     bool special = false, ignore_eos = false;
     SamplingParams s;
@@ -38,6 +39,8 @@ void register_generate(CLI::App& app) {
   cmd->add_option("--repeat-penalty", a->s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
   cmd->add_option("--seed", a->s.seed, "Sampling seed")->capture_default_str();
   cmd->add_option("--image", a->images, "Image file (repeatable; one ]<]image[>[ in the prompt per image, or none: after the text)");
+  cmd->add_option("--video", a->videos, "Video file (repeatable; one ]<]video[>[ in the prompt per video, or none: after the text)");
+  cmd->add_option("--video-fps", a->video_fps, "Frames sampled per second of video")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--special", a->special, "Parse special tokens in the prompt (e.g. ]~b]user)");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-turn token");
   cmd->callback([a] {
@@ -46,9 +49,11 @@ void register_generate(CLI::App& app) {
     const std::string text = a->prompt_file.empty() ? a->prompt : read_text_file(a->prompt_file);
     std::vector<int32_t> prompt;
     MultimodalPrompt mm;
-    if (!a->images.empty()) {
-      M3_CHECK(!a->special, "--special cannot be combined with --image");
-      mm = build_multimodal_prompt(*engine, text, a->images);
+    if (!a->images.empty() || !a->videos.empty()) {
+      M3_CHECK(!a->special, "--special cannot be combined with --image/--video");
+      MultimodalOptions mo;
+      mo.video.fps = a->video_fps;
+      mm = build_multimodal_prompt(*engine, text, a->images, a->videos, mo);
       prompt = mm.ids;
     } else {
       prompt = engine->tokenizer->encode(text, a->special);

@@ -20,7 +20,8 @@ namespace m3::cli {
 void register_logits(CLI::App& app) {
   struct Args {
     std::string model, tokens, tokens_file, text, out, vision_out, tokens_out;
-    std::vector<std::string> images;
+    std::vector<std::string> images, videos;
+    double video_fps = 1.0;
     std::string vision_rope = "neox";
     int chunk = 0, decode_from = -1, threads = 0;
   };
@@ -37,7 +38,9 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--decode-from", a->decode_from, "Prefill the first K tokens, then decode one by one")->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_option("--image", a->images, "Image file (repeatable; needs --text, one ]<]image[>[ per image or none)");
-  cmd->add_option("--vision-out", a->vision_out, "With --image: write the merged vision embeddings [N, hidden] (.npy)");
+  cmd->add_option("--video", a->videos, "Video file (repeatable; needs --text, one ]<]video[>[ per video or none)");
+  cmd->add_option("--video-fps", a->video_fps, "Frames sampled per second of video")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--vision-out", a->vision_out, "With --image/--video: write the merged vision embeddings [N, hidden] (.npy), items in stream order");
   cmd->add_option("--vision-rope", a->vision_rope,
                   "3D RoPE of the vision tower: neox (spec §5.4, 26/26/26+2) or hf-interleaved (experimental, 26/26/28)")
       ->check(CLI::IsMember({"neox", "hf-interleaved"}))
@@ -49,23 +52,24 @@ void register_logits(CLI::App& app) {
     // Input embeddings (T, hidden) when images are given; else the model embeds the ids itself.
     std::vector<float> x;
     const int64_t H = engine->config.text.hidden_size;
-    if (!a->images.empty()) {
+    if (!a->images.empty() || !a->videos.empty()) {
       M3_CHECK(engine->config.vision.has_value(), a->model,
-               ": --image needs a checkpoint with a vision tower, but config.json has no vision_config");
-      M3_CHECK(a->tokens.empty() && a->tokens_file.empty(), "--image needs --text (not --tokens/--tokens-file)");
-      MultimodalPrompt mm = build_multimodal_prompt(*engine, a->text, a->images,
-                                                    a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded
-                                                                             : vision::VisionRopeVariant::InterleavedHf);
+               ": --image/--video need a checkpoint with a vision tower, but config.json has no vision_config");
+      M3_CHECK(a->tokens.empty() && a->tokens_file.empty(), "--image/--video need --text (not --tokens/--tokens-file)");
+      MultimodalOptions mo;
+      mo.rope = a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded : vision::VisionRopeVariant::InterleavedHf;
+      mo.video.fps = a->video_fps;
+      MultimodalPrompt mm = build_multimodal_prompt(*engine, a->text, a->images, a->videos, mo);
       ids = std::move(mm.ids);
       x = std::move(mm.embeddings);
-      const auto& emb = mm.image_features;
+      const auto& emb = mm.features;
       if (!a->vision_out.empty()) {
         std::vector<float> all;
         for (const auto& e : emb) all.insert(all.end(), e.begin(), e.end());
         write_npy_f32(a->vision_out, all.data(), {int64_t(all.size()) / H, H});
       }
     } else {
-      M3_CHECK(a->vision_out.empty(), "--vision-out needs --image");
+      M3_CHECK(a->vision_out.empty(), "--vision-out needs --image or --video");
       if (!a->tokens.empty()) ids = parse_ids(a->tokens, "--tokens");
       else if (!a->tokens_file.empty()) ids = read_ids_file(a->tokens_file);
       else ids = engine->tokenizer->encode(a->text);

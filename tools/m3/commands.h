@@ -12,6 +12,9 @@ void register_generate(CLI::App& app);
 void register_logits(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_preprocess(CLI::App& app);
+void register_preprocess_video(CLI::App& app);
+void register_make_video(CLI::App& app);
+void register_video_tokens(CLI::App& app);
 void register_serve(CLI::App& app);
 
 }  // namespace m3::cli

@@ -15,6 +15,9 @@ int main(int argc, char** argv) {
   m3::cli::register_logits(app);
   m3::cli::register_bench(app);
   m3::cli::register_preprocess(app);
+  m3::cli::register_preprocess_video(app);
+  m3::cli::register_make_video(app);
+  m3::cli::register_video_tokens(app);
   m3::cli::register_serve(app);
   try {
     app.parse(argc, argv);
