@@ -21,13 +21,8 @@ vision::PreprocessConfig preprocess_config(const VisionConfig& v, bool video) {
   return pc;
 }
 
-struct Encoded {
-  vision::MediaLayout layout;
-  std::vector<float> features;
-};
-
 // Decode, preprocess (spec §5.1) and encode one image.
-Encoded encode_image(const vision::VisionTower& tower, const MediaInput& in) {
+EncodedMedia encode_image(const vision::VisionTower& tower, const MediaInput& in) {
   const std::string& name = in.label();
   const vision::RgbImage img = in.data ? vision::decode_image(in.data, in.size, name) : vision::decode_image_file(in.path);
   vision::PixelValues pv;
@@ -36,7 +31,7 @@ Encoded encode_image(const vision::VisionTower& tower, const MediaInput& in) {
   } catch (const Error& e) {
     fail(name, ": ", e.what());
   }
-  Encoded e;
+  EncodedMedia e;
   e.layout.kind = vision::MediaKind::Image;
   e.layout.tokens_per_group = tower.merged_tokens(pv.grid);
   e.layout.group_prefix = {""};
@@ -48,12 +43,12 @@ Encoded encode_image(const vision::VisionTower& tower, const MediaInput& in) {
 }
 
 // Decode the sampled frames, preprocess (spec §5.2) and encode one video; one group per grid_t.
-Encoded encode_video(const vision::VisionTower& tower, const MediaInput& in, const vision::VideoSamplingConfig& sc) {
+EncodedMedia encode_video(const vision::VisionTower& tower, const MediaInput& in, const vision::VideoSamplingConfig& sc) {
   const std::string& name = in.label();
   const vision::VideoSource src =
       in.data ? vision::VideoSource::open_bytes(in.data, in.size, name) : vision::VideoSource::open_file(in.path);
   const vision::VideoInput v = vision::preprocess_video(src, preprocess_config(tower.config(), true), sc);
-  Encoded e;
+  EncodedMedia e;
   e.layout.kind = vision::MediaKind::Video;
   const int64_t total = tower.merged_tokens(v.pixels.grid);
   e.layout.tokens_per_group = total / v.pixels.grid.t;
@@ -70,6 +65,10 @@ Encoded encode_video(const vision::VisionTower& tower, const MediaInput& in, con
 
 }  // namespace
 
+EncodedMedia encode_media(const vision::VisionTower& tower, const MediaInput& in, const MultimodalOptions& options) {
+  return in.kind == vision::MediaKind::Video ? encode_video(tower, in, options.video) : encode_image(tower, in);
+}
+
 MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
                                          const MultimodalOptions& options) {
   M3_CHECK(engine.config.vision.has_value(), engine.config.source,
@@ -84,7 +83,7 @@ MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector
       layout.push_back({part.text, std::nullopt});
       continue;
     }
-    Encoded e = part.media->kind == vision::MediaKind::Image ? encode_image(tower, *part.media)
+    EncodedMedia e = part.media->kind == vision::MediaKind::Image ? encode_image(tower, *part.media)
                                                              : encode_video(tower, *part.media, options.video);
     layout.push_back({"", e.layout});
     (part.media->kind == vision::MediaKind::Image ? out.image_features : out.video_features).push_back(e.features);

@@ -45,6 +45,15 @@ struct MultimodalPrompt {
   std::vector<std::vector<float>> features;        // per item (images and videos) in stream order
 };
 
+// One item decoded, preprocessed and encoded: its token layout (per-group timestamp text for a
+// video) and merged features (layout tokens in all groups, hidden). For callers that expand
+// placeholders in token ids themselves (the server, whose chat template marks them as tokens).
+struct EncodedMedia {
+  vision::MediaLayout layout;
+  std::vector<float> features;
+};
+EncodedMedia encode_media(const vision::VisionTower& tower, const MediaInput& in, const MultimodalOptions& options = {});
+
 // Parts in prompt order. Throws m3::Error naming the file or the field when the checkpoint has no
 // vision tower or an item cannot be read.
 MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,

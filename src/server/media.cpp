@@ -5,8 +5,7 @@
 
 #include "base/error.h"
 #include "server/api_error.h"
-#include "vision/image_decode.h"
-#include "vision/preprocess.h"
+#include "runtime/multimodal_prompt.h"
 
 namespace m3::server {
 
@@ -101,27 +100,23 @@ std::string read_media_bytes(const std::string& url, const MediaOptions& o, cons
 MediaPrompt build_media_prompt(const Engine& engine, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
                                const std::vector<chat::MediaRef>& media, const MediaOptions& options) {
   const Tokenizer& tok = *engine.tokenizer;
-  const int32_t placeholder = tok.require_token(chat::kImagePlaceholder);
+  const int32_t image = tok.require_token(chat::kImagePlaceholder);
+  const int32_t video = tok.require_token(chat::kVideoPlaceholder);
   const int32_t start = tok.require_token("]<]start of image[>[");
   const int32_t end = tok.require_token("]<]end of image[>[");
-  const VisionConfig& v = tower.config();
-  vision::PreprocessConfig pc;
-  pc.patch_size = v.patch_size;
-  pc.merge_size = v.spatial_merge_size;
-  pc.temporal_patch_size = v.temporal_patch_size;
 
-  std::vector<std::vector<float>> features;
+  std::vector<EncodedMedia> items;
   std::vector<uint64_t> hashes;
   for (const chat::MediaRef& m : media) {
     const std::string param = str_cat("messages[", m.message_index, "].content[", m.part_index, "]");
-    if (m.kind != chat::MediaKind::Image)
-      throw ApiError(400, "video parts are not supported by m3 serve yet", param, "unsupported_content");
     const std::string bytes = read_media_bytes(m.url, options, param);
+    MediaInput in;
+    in.kind = m.kind == chat::MediaKind::Video ? vision::MediaKind::Video : vision::MediaKind::Image;
+    in.data = reinterpret_cast<const uint8_t*>(bytes.data());
+    in.size = bytes.size();
+    in.name = param;
     try {
-      const vision::RgbImage img =
-          vision::decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), param);
-      const vision::PixelValues pv = vision::preprocess_image(img, pc);
-      features.push_back(tower.forward(pv));
+      items.push_back(encode_media(tower, in));
     } catch (const ApiError&) {
       throw;
     } catch (const Error& e) {
@@ -130,33 +125,49 @@ MediaPrompt build_media_prompt(const Engine& engine, const vision::VisionTower& 
     hashes.push_back(fnv1a(bytes));
   }
 
+  // The template left one placeholder token per part, in order: `]<]image[>[` or `]<]video[>[`.
   const int64_t H = engine.config.text.hidden_size;
   MediaPrompt out;
-  std::vector<std::pair<int64_t, size_t>> rows;  // first row of each image's tokens, image index
+  struct Run {
+    int64_t first_row;  // of a run of vision tokens (one image, or one group of a video)
+    const float* features;
+    int64_t count;
+  };
+  std::vector<Run> runs;
   size_t next = 0;
   for (int32_t id : ids) {
-    if (id != placeholder) {
+    if (id != image && id != video) {
       out.ids.push_back(id);
       out.cache_key.push_back(id);
       continue;
     }
-    M3_CHECK(next < features.size(), "more image placeholders than image parts");
-    const int64_t n = int64_t(features[next].size()) / tower.output_dim();
-    out.ids.push_back(start);
-    out.cache_key.push_back(start);
-    rows.emplace_back(int64_t(out.ids.size()), next);
-    for (int64_t j = 0; j < n; ++j) {
-      out.ids.push_back(placeholder);
-      out.cache_key.push_back(image_row_key(hashes[next], j));
+    M3_CHECK(next < items.size(), "more media placeholders than media parts");
+    const EncodedMedia& item = items[next];
+    M3_CHECK((id == video) == (item.layout.kind == vision::MediaKind::Video), "media placeholder ", next,
+             " does not match its part's kind");
+    const int64_t per_group = item.layout.tokens_per_group;
+    int64_t row = 0;
+    for (const std::string& prefix : item.layout.group_prefix) {
+      for (int32_t t : tok.encode(prefix)) {  // a video group's timestamp, as plain text
+        out.ids.push_back(t);
+        out.cache_key.push_back(t);
+      }
+      out.ids.push_back(start);
+      out.cache_key.push_back(start);
+      runs.push_back(Run{int64_t(out.ids.size()), item.features.data() + row * H, per_group});
+      for (int64_t j = 0; j < per_group; ++j, ++row) {
+        out.ids.push_back(id);
+        out.cache_key.push_back(image_row_key(hashes[next], row));
+      }
+      out.ids.push_back(end);
+      out.cache_key.push_back(end);
     }
-    out.ids.push_back(end);
-    out.cache_key.push_back(end);
     ++next;
   }
-  M3_CHECK(next == features.size(), "the prompt has ", next, " image placeholders for ", features.size(), " image parts");
+  M3_CHECK(next == items.size(), "the prompt has ", next, " media placeholders for ", items.size(), " media parts");
   out.embeddings.resize(out.ids.size() * size_t(H));
   engine.model->embed(out.ids.data(), int64_t(out.ids.size()), out.embeddings.data());
-  for (const auto& [row0, k] : rows) std::copy(features[k].begin(), features[k].end(), out.embeddings.begin() + row0 * H);
+  for (const Run& r : runs) std::copy(r.features, r.features + r.count * H, out.embeddings.begin() + r.first_row * H);
   return out;
 }
 

@@ -1,11 +1,13 @@
 #pragma once
-// Image parts of chat requests: where their bytes come from and how they enter the prompt.
+// Image and video parts of chat requests: where their bytes come from and how they enter the prompt.
 //
 // Sources: `data:` URLs (base64) always; local files (`file://` URLs or plain paths) only under
 // the folder given with --allowed-local-media-path, after resolving symlinks and `..`; remote
-// http(s) URLs are refused (the server does not fetch). Each image is decoded, preprocessed
-// (spec §5.1) and run through the vision tower; its placeholder token becomes
-// start-of-image + N image tokens + end-of-image (spec §5.3) whose input rows are the tower's output.
+// http(s) URLs are refused (the server does not fetch). Each item is decoded, preprocessed
+// (spec §5.1, §5.2) and run through the vision tower (runtime/multimodal_prompt.h encode_media);
+// an image placeholder becomes start-of-image + N image tokens + end-of-image, a video placeholder
+// per temporal group the timestamp text + start + M video tokens + end (spec §5.3), and the vision
+// token rows take the tower's output.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,7 +20,7 @@ namespace m3::server {
 
 struct MediaOptions {
   std::string allowed_local_dir;  // empty: no local files
-  size_t max_bytes = 32u << 20;   // per image
+  size_t max_bytes = 64u << 20;   // per item
 };
 
 // The bytes behind a media URL; ApiError(400) naming `param` when it cannot be read or is not allowed.
@@ -30,12 +32,12 @@ bool decode_base64(std::string_view in, std::string& out);
 struct MediaPrompt {
   std::vector<int32_t> ids;         // placeholders expanded
   std::vector<float> embeddings;    // (ids.size(), hidden): token embeddings, image rows replaced
-  // Per position, what the prefix cache compares: the id, except that image rows carry a value
-  // derived from the image's bytes and the row, so two different images never share a prefix.
+  // Per position, what the prefix cache compares: the id, except that vision rows carry a value
+  // derived from the item's bytes and the row, so two different images never share a prefix.
   std::vector<int32_t> cache_key;
 };
 
-// Expands the image placeholders of `ids` (one per entry of media, in order) with the images'
+// Expands the media placeholders of `ids` (one per entry of media, in order) with the items'
 // features. Errors are ApiError(400) naming messages[i].content[j].
 MediaPrompt build_media_prompt(const Engine& engine, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
                                const std::vector<chat::MediaRef>& media, const MediaOptions& options);

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Image parts in `m3 serve` chat requests (tiny-vl checkpoint, Pillow-made PNG/JPEG images).
+"""Image and video parts in `m3 serve` chat requests (tiny-vl checkpoint, Pillow-made PNG/JPEG
+images, an H.264 clip made by `m3 make-video`).
 
 Checks: a data: URL image is accepted and expands to start + N image tokens + end (prompt_tokens);
 a warm server reusing the cached image equals a cold server bit for bit; a different image with the
 same text does not reuse the first image's rows (cached_tokens stops before them) and changes the
 logits; local paths work only under --allowed-local-media-path; bad images, bad base64, remote URLs
-and paths outside the folder are 400s naming messages[i].content[j]; the server keeps serving.
+and paths outside the folder are 400s naming messages[i].content[j]; a video part expands to its
+temporal groups (timestamp text + start + M video tokens + end each, as `m3 preprocess-video` says),
+mixes with an image in one message, is reused from the cache exactly, and a corrupt clip is a 400;
+the server keeps serving.
 """
 import base64
 import http.client
@@ -124,6 +128,41 @@ try:
         st, r = post(warm, body)
         param = r.get("error", {}).get("param")
         check(st == 400 and param == "messages[0].content[1]", f"{what}: 400 naming {param} ({r.get('error', {}).get('message', '')[:80]})")
+    # Video: a 3.5 s clip at 10 fps -> frames 0, 10, 20, 30 -> 2 temporal groups of 6 tokens.
+    clip = os.path.join(SCRATCH, "clip.mp4")
+    subprocess.run([M3, "make-video", clip], check=True, stdout=subprocess.DEVNULL)
+    info_path = os.path.join(SCRATCH, "clip.json")
+    subprocess.run([M3, "preprocess-video", clip, "--json", info_path], check=True, stdout=subprocess.DEVNULL)
+    info = json.load(open(info_path))
+    per_group = info["tokens"] // info["grid_thw"][0]
+    expected = 0
+    for ts in info["timestamp_texts"]:
+        ids = subprocess.run([M3, "tokenize", "-m", model, "--text", ts], check=True, capture_output=True, text=True).stdout
+        expected += len(ids.strip().split(",")) + per_group + 2
+    with open(clip, "rb") as f:
+        clip_url = "data:video/mp4;base64," + base64.b64encode(f.read()).decode()
+    vreq = request(clip_url)
+    vreq["messages"][0]["content"][1] = {"type": "video_url", "video_url": {"url": clip_url}}
+    st, v1 = post(warm, vreq)
+    check(st == 200 and v1["usage"]["prompt_tokens"] - t["usage"]["prompt_tokens"] == expected,
+          f"a video part becomes its {len(info['timestamp_texts'])} groups (timestamp + start + {per_group} + end): "
+          f"{v1['usage']['prompt_tokens'] - t['usage']['prompt_tokens'] if st == 200 else v1} tokens, expected {expected}")
+    st2, v2 = post(warm, vreq)
+    stc, vc = post(cold, vreq)
+    check(st2 == 200 and stc == 200 and v2["usage"]["prompt_tokens_details"]["cached_tokens"] == v2["usage"]["prompt_tokens"] - 1
+          and v2["choices"][0]["logprobs"] == vc["choices"][0]["logprobs"] == v1["choices"][0]["logprobs"],
+          "the same video again is reused from the cache, and equals a cold server")
+    mixed = request(data_url(a))
+    mixed["messages"][0]["content"].append({"type": "video_url", "video_url": {"url": clip_url}})
+    st, m = post(warm, mixed)
+    check(st == 200 and m["usage"]["prompt_tokens"] == r1["usage"]["prompt_tokens"] + expected,
+          "an image and a video in one message")
+    broken = vreq.copy()
+    broken["messages"] = [{"role": "user", "content": [{"type": "video_url", "video_url": {
+        "url": "data:video/mp4;base64," + base64.b64encode(open(clip, "rb").read()[:600]).decode()}}]}]
+    st, r = post(warm, broken)
+    check(st == 400 and r["error"]["param"] == "messages[0].content[0]", f"a truncated clip: 400 ({r.get('error', {}).get('message', '')[:80]})")
+
     st, r = post(cold, request(os.path.join(media_dir, "a.png")))
     check(st == 400 and "allowed-local-media-path" in r["error"]["message"], "local paths are refused without the flag")
     st, _ = post(warm, request(data_url(a)))
