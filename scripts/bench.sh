@@ -28,4 +28,10 @@ done
     $m3 bench -m "models/$preset" -p 512 -n 128 -d 0,16384,65536
     echo
   done
+  echo '## Vision'
+  echo
+  echo '```'
+  echo "$m3 bench vision -r 3 --video-seconds 20"
+  echo '```'
+  $m3 bench vision -r 3 --video-seconds 20
 } | tee "$out"

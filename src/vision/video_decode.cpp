@@ -178,7 +178,8 @@ struct VideoSource::Impl {
       if (err == AVERROR_EOF) break;
       M3_CHECK(err >= 0, name, ": cannot read packet ", info.frames, " of the video (", av_message(err),
                "; corrupt or truncated)");
-      if (pkt.p->stream_index == d.stream) {
+      // Packets an MP4 edit list cuts away are decoded but never output: not frames of the video.
+      if (pkt.p->stream_index == d.stream && !(pkt.p->flags & AV_PKT_FLAG_DISCARD)) {
         ++info.frames;
         M3_CHECK(info.frames <= frame_cap, name, ": video has more than ", frame_cap,
                  " frames (limits: ", limits.max_frames, " frames, ", limits.max_duration_s, " s at ", info.fps,

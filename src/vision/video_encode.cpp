@@ -68,6 +68,8 @@ void encode_video_file(const std::string& path, const std::string& encoder, int 
   w.enc->gop_size = 12;
   w.enc->thread_count = 1;
   if (encoder == "libx264") av_opt_set(w.enc->priv_data, "preset", "ultrafast", 0);
+  // B-frames: packets arrive out of presentation order, which the decoder must undo.
+  if (encoder == "mpeg4") w.enc->max_b_frames = 2;
   if (encoder == "libvpx-vp9") {
     av_opt_set(w.enc->priv_data, "deadline", "realtime", 0);
     av_opt_set_int(w.enc->priv_data, "cpu-used", 8, 0);

@@ -56,8 +56,8 @@ void vision_attention_ref(const float* q, const float* k, const float* v, int64_
 void vision_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t rows, int heads,
                       int hd, const std::vector<Segment>& segments, float* out) {
   check_segments(segments, rows);
-  constexpr int kTile = 16;   // query rows per work item
-  constexpr int kBlock = 256; // keys per online-softmax step
+  constexpr int kTile = 64;   // query rows per work item
+  constexpr int kBlock = 128; // keys per online-softmax step
   const int64_t D = int64_t(heads) * hd;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   // kT (heads, hd, rows): one dimension of consecutive keys is contiguous; vh (heads, rows, hd).

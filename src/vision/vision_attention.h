@@ -3,8 +3,8 @@
 // each segment (an image, or ≤ vision_segment_max_frames temporal groups of a video), scale
 // head_dim^-1/2, fp32. Two implementations:
 //   vision_attention_ref – plain: per (head, query row), scores, max-subtracted softmax, weighted sum;
-//   vision_attention     – GEMM-shaped: per (head, tile of 16 query rows of one segment), key blocks
-//                          of 256 with an online softmax, on the attention kernels of
+//   vision_attention     – GEMM-shaped: per (head, tile of 64 query rows of one segment), key blocks
+//                          of 128 with an online softmax, on the attention kernels of
 //                          attention/attention_kernels.h (AVX-512 with a plain fallback);
 //                          K is transposed per head once so 16 keys share a vector.
 // The two agree to float rounding (the online softmax rescales; tests: vision_attention_test).

@@ -223,6 +223,11 @@ TEST(VideoDecode, MkvFfv1Lossless) {
   // ffv1 keeps yuv420p exactly, so only the RGB <-> YUV rounding remains.
   expect_frames(make_clip("clip.mkv", "ffv1"), 3);
 }
+TEST(VideoDecode, Mp4Mpeg4WithBFrames) {
+  if (!has_video_encoder("mpeg4")) GTEST_SKIP() << "no mpeg4 encoder in this libavcodec";
+  // Frame indices count frames in presentation order, not packets in file order.
+  expect_frames(make_clip("bframes.mp4", "mpeg4"), 12);
+}
 TEST(VideoDecode, AnimatedGif) {
   if (!has_video_encoder("gif")) GTEST_SKIP() << "no gif encoder in this libavcodec";
   // rgb8 (3-3-2 bits): up to half a quantisation step of 255/3 in blue.
