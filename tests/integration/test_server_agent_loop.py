@@ -9,10 +9,7 @@ the same conversations to a cold server (--cache-mb 0). For every turn after the
 - the log-probabilities (top 5 at every generated token, i.e. the logits' ranking and values) and
   the output equal the cold server's bit for bit.
 """
-import http.client
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
@@ -21,13 +18,7 @@ import load_client  # noqa: E402
 M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-failures = []
-
-
-def check(cond, what):
-    print(("ok - " if cond else "not ok - ") + what)
-    if not cond:
-        failures.append(what)
+check = load_client.Checks("server-agent-loop")
 
 
 def without_call_ids(message):
@@ -38,20 +29,9 @@ def without_call_ids(message):
     return m
 
 
-def post(port, body):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = json.loads(r.read())
-    conn.close()
-    if r.status != 200:
-        raise RuntimeError(f"HTTP {r.status}: {data}")
-    return data
-
 
 model = os.path.join(SCRATCH, "tiny")
-subprocess.run([M3, "make-checkpoint", "--preset", "tiny", "--seed", "9", "--out", model], check=True,
-               stdout=subprocess.DEVNULL)
+load_client.make_checkpoint(M3, "tiny", 9, model)
 tools = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the project",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
@@ -69,9 +49,12 @@ try:
         if turn == 0:
             body["tool_choice"] = {"type": "function", "function": {"name": "read_file"}}
         before = load_client.get_metrics("127.0.0.1", warm)
-        w = post(warm, body)
+        st_w, w = load_client.post_chat(warm, body)
         after = load_client.get_metrics("127.0.0.1", warm)
-        c = post(cold, body)
+        st_c, c = load_client.post_chat(cold, body)
+        if st_w != 200 or st_c != 200:
+            check(False, f"turn {turn + 1}: HTTP {st_w} / {st_c}: {w} {c}")
+            break
         u = w["usage"]
         cached = u["prompt_tokens_details"]["cached_tokens"]
         prefilled = after["m3_prefill_tokens_total"] - before["m3_prefill_tokens_total"]
@@ -105,12 +88,6 @@ try:
             messages.append({"role": "user", "content": f"Follow-up {turn + 1}: and then?"})
     check(warm_proc.poll() is None and cold_proc.poll() is None, "servers alive at the end")
 finally:
-    for p in (warm_proc, cold_proc):
-        p.terminate()
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    load_client.stop_servers([warm_proc, cold_proc])
 
-print(f"server-agent-loop: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
-sys.exit(1 if failures else 0)
+check.finish()

@@ -10,7 +10,6 @@ forward passes really carried several sequences; a client that stalls mid-reques
 """
 import os
 import socket
-import subprocess
 import sys
 import time
 
@@ -20,18 +19,11 @@ import load_client  # noqa: E402
 M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-failures = []
-
-
-def check(cond, what):
-    print(("ok - " if cond else "not ok - ") + what)
-    if not cond:
-        failures.append(what)
+check = load_client.Checks("server-load")
 
 
 model = os.path.join(SCRATCH, "tiny")
-subprocess.run([M3, "make-checkpoint", "--preset", "tiny", "--seed", "5", "--out", model], check=True,
-               stdout=subprocess.DEVNULL)
+load_client.make_checkpoint(M3, "tiny", 5, model)
 
 CLIENTS, PER_CLIENT = 8, 3
 topics = ["rivers", "stars", "bread", "clocks", "maps", "bees", "salt", "glass", "kites", "ink", "moss", "tides"]
@@ -90,12 +82,6 @@ try:
     check(again["text"] == expected[0][0]["text"], "the server still answers after the load and the stalled client")
     check(proc.poll() is None, "server alive at the end")
 finally:
-    for p in (proc, serial_proc):
-        p.terminate()
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
+    load_client.stop_servers([proc, serial_proc])
 
-print(f"server-load: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
-sys.exit(1 if failures else 0)
+check.finish()

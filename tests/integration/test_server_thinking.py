@@ -9,10 +9,7 @@ uncapped reasoning (same greedy path up to the cap), content follows it, and str
 non-streaming; budget 0 skips thinking; named efforts map as docs/CHAT_FORMAT.md says; bad values are
 400s naming reasoning_effort.
 """
-import http.client
-import json
 import os
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
@@ -21,22 +18,8 @@ import load_client  # noqa: E402
 M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-failures = []
+check = load_client.Checks("server-thinking")
 
-
-def check(cond, what):
-    print(("ok - " if cond else "not ok - ") + what)
-    if not cond:
-        failures.append(what)
-
-
-def post(port, body):
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
-    r = conn.getresponse()
-    data = json.loads(r.read())
-    conn.close()
-    return r.status, data
 
 
 def body(effort, max_tokens=24, **extra):
@@ -50,16 +33,15 @@ def body(effort, max_tokens=24, **extra):
 
 
 model = os.path.join(SCRATCH, "tiny")
-subprocess.run([M3, "make-checkpoint", "--preset", "tiny", "--seed", "1", "--out", model], check=True,
-               stdout=subprocess.DEVNULL)
+load_client.make_checkpoint(M3, "tiny", 1, model)
 proc, port = load_client.start_server(M3, model, ["-t", "2", "--parallel", "2"], os.path.join(SCRATCH, "server.log"))
 try:
-    st, free = post(port, body(None))
+    st, free = load_client.post_chat(port, body(None))
     free_reasoning = free["choices"][0]["message"].get("reasoning_content") or ""
     check(st == 200 and free["usage"]["completion_tokens_details"]["reasoning_tokens"] == 24,
           f"uncapped: the random model thinks through all 24 tokens ({free['usage'] if st == 200 else free})")
     for n in (3, 7):
-        st, r = post(port, body(n))
+        st, r = load_client.post_chat(port, body(n))
         m = r["choices"][0]["message"] if st == 200 else {}
         rt = r["usage"].get("completion_tokens_details", {}).get("reasoning_tokens") if st == 200 else None
         check(rt == n, f"reasoning_effort {n}: exactly {n} reasoning tokens (got {rt})")
@@ -71,26 +53,21 @@ try:
         s = load_client.stream_chat("127.0.0.1", port, body(n))
         check(s["reasoning"] == m.get("reasoning_content") and s["text"] == m.get("content"),
               f"reasoning_effort {n}: streaming equals non-streaming")
-    st, r = post(port, body("7"))
+    st, r = load_client.post_chat(port, body("7"))
     check(st == 200 and r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 7, "a budget as a string of digits")
-    st, r = post(port, body(0))
+    st, r = load_client.post_chat(port, body(0))
     check(st == 200 and not r["choices"][0]["message"].get("reasoning_content")
           and r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 0, "budget 0: no thinking")
-    st, r = post(port, {**body("none"), "chat_template_kwargs": {}})
+    st, r = load_client.post_chat(port, {**body("none"), "chat_template_kwargs": {}})
     check(st == 200 and not r["choices"][0]["message"].get("reasoning_content"), "reasoning_effort none: thinking disabled")
-    st, r = post(port, body("low", max_tokens=8))
+    st, r = load_client.post_chat(port, body("low", max_tokens=8))
     check(st == 200 and r["usage"]["completion_tokens_details"]["reasoning_tokens"] == 8,
           "reasoning_effort low: the 1024-token cap is not reached in 8 tokens")
     for bad in ("extreme", -1, 1.5, "12x"):
-        st, r = post(port, body(bad))
+        st, r = load_client.post_chat(port, body(bad))
         check(st == 400 and r["error"]["param"] == "reasoning_effort", f"reasoning_effort {bad!r}: 400 naming the field")
     check(proc.poll() is None, "server alive at the end")
 finally:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    load_client.stop_servers([proc])
 
-print(f"server-thinking: {'FAILED ' + str(len(failures)) if failures else 'all passed'}")
-sys.exit(1 if failures else 0)
+check.finish()

@@ -119,3 +119,47 @@ def start_server(m3_bin, model_dir, args, log_path):
         time.sleep(0.1)
     proc.kill()
     raise RuntimeError(f"m3 serve did not come up: {open(log_path).read()[-2000:]}")
+
+
+def post_chat(port, body, timeout=120):
+    """A non-streaming chat completion: (HTTP status, parsed JSON body)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = conn.getresponse()
+    data = json.loads(r.read())
+    conn.close()
+    return r.status, data
+
+
+def make_checkpoint(m3_bin, preset, seed, out_dir):
+    import subprocess
+    subprocess.run([m3_bin, "make-checkpoint", "--preset", preset, "--seed", str(seed), "--out", out_dir], check=True,
+                   stdout=subprocess.DEVNULL)
+    return out_dir
+
+
+def stop_servers(procs):
+    import subprocess
+    for p in procs:
+        p.terminate()
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+class Checks:
+    """TAP-like "ok - ..." lines; finish() prints the summary and exits non-zero on any failure."""
+
+    def __init__(self, name):
+        self.name, self.failures = name, []
+
+    def __call__(self, cond, what):
+        print(("ok - " if cond else "not ok - ") + what, flush=True)
+        if not cond:
+            self.failures.append(what)
+
+    def finish(self):
+        import sys
+        print(f"{self.name}: {'FAILED ' + str(len(self.failures)) if self.failures else 'all passed'}")
+        sys.exit(1 if self.failures else 0)

@@ -3,37 +3,17 @@
 // continues from it exactly as if the prompt had contained it. KV truncation at a length inside
 // a block (what `m3 chat` does between turns) is exact too.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
+#include "tiny_model.h"
+
 
 #include "chat/thinking_budget.h"
-#include "model/random_checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 
 namespace {
 
-struct TinyModel {
-  std::unique_ptr<m3::Engine> engine;
-  std::string dir;
-  TinyModel() {
-    // Per process: the release and the sanitizer builds may run this test at the same time.
-    dir = testing::TempDir() + "/m3_generate_budget_tiny_" + std::to_string(getpid());
-    std::filesystem::remove_all(dir);
-    m3::RandomCheckpointOptions o;
-    o.preset = "tiny";
-    o.seed = 3;
-    o.out_dir = dir;
-    m3::make_random_checkpoint(o);
-    engine = m3::Engine::load(dir, 1);
-  }
-  ~TinyModel() {
-    engine.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-};
+using m3::test::TinyModel;
 
 std::vector<int32_t> greedy(m3::Engine& e, const std::vector<int32_t>& prompt, int n,
                             m3::chat::ThinkingBudget* budget, m3::GenerateStats* stats = nullptr) {
@@ -53,7 +33,7 @@ std::vector<int32_t> greedy(m3::Engine& e, const std::vector<int32_t>& prompt, i
 }
 
 TEST(GenerateThinkingBudget, ClosesTheThoughtAtTheCap) {
-  TinyModel tiny;
+  TinyModel tiny("generate_budget", 3);
   m3::Engine& e = *tiny.engine;
   const auto markers = m3::chat::ThinkingMarkers::from_tokenizer(*e.tokenizer);
   // A prompt that ends inside an opened thought, like thinking_mode=enabled.
@@ -86,7 +66,7 @@ TEST(GenerateThinkingBudget, ClosesTheThoughtAtTheCap) {
 }
 
 TEST(GenerateThinkingBudget, UncappedBudgetChangesNothing) {
-  TinyModel tiny;
+  TinyModel tiny("generate_budget", 3);
   m3::Engine& e = *tiny.engine;
   const auto markers = m3::chat::ThinkingMarkers::from_tokenizer(*e.tokenizer);
   std::vector<int32_t> prompt = e.tokenizer->encode("]~b]user\nhi[e~[\n]~b]ai\n", true);
@@ -99,7 +79,7 @@ TEST(GenerateThinkingBudget, UncappedBudgetChangesNothing) {
 }
 
 TEST(KvCacheTruncate, InsideABlockIsExact) {
-  TinyModel tiny;
+  TinyModel tiny("generate_budget", 3);
   m3::TextModel& model = *tiny.engine->model;
   const int B = model.cache_shape().block_size;
   const int vocab = tiny.engine->tokenizer->vocab_size();

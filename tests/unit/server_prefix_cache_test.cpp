@@ -2,38 +2,18 @@
 // equal logits of a cold prefill, bit for bit, both when an entry is taken over (next turn) and
 // when its blocks are copied (another conversation sharing a prefix).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
+#include "tiny_model.h"
+
 #include <random>
 
-#include "model/random_checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "server/prefix_cache.h"
 
 namespace {
 
-struct TinyModel {
-  std::unique_ptr<m3::Engine> engine;
-  TinyModel() {
-    // Per process: the release and the sanitizer builds may run this test at the same time.
-    dir = testing::TempDir() + "/m3_server_prefix_cache_tiny_" + std::to_string(getpid());
-    std::filesystem::remove_all(dir);
-    m3::RandomCheckpointOptions o;
-    o.preset = "tiny";
-    o.seed = 1;
-    o.out_dir = dir;
-    m3::make_random_checkpoint(o);
-    engine = m3::Engine::load(dir, 1);
-  }
-  ~TinyModel() {
-    engine.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string dir;
-};
+using m3::test::TinyModel;
 
 std::vector<int32_t> random_tokens(size_t n, int vocab, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -53,7 +33,7 @@ std::vector<float> cold_logits(m3::TextModel& model, const std::vector<int32_t>&
 }  // namespace
 
 TEST(ServerPrefixCacheModel, ReuseGivesTheSameLogitsAsAColdPrefill) {
-  TinyModel tiny;
+  TinyModel tiny("server_prefix_cache", 1);
   m3::TextModel& model = *tiny.engine->model;
   const int V = model.vocab_size();
   const int B = model.cache_shape().block_size;

@@ -2,38 +2,18 @@
 // chunks and embeddings mixed, each against its own cache) give bit for bit the logits each gets
 // when run alone, on a real (tiny, random, MSA) model, with 1 and 2 threads.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
+#include "tiny_model.h"
+
 #include <random>
 
 #include "base/error.h"
-#include "model/random_checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 
 namespace {
 
-struct TinyModel {
-  std::unique_ptr<m3::Engine> engine;
-  explicit TinyModel(int threads) {
-    // Per process: the release and the sanitizer builds may run this test at the same time.
-    dir = testing::TempDir() + "/m3_text_model_batch_" + std::to_string(getpid()) + "_" + std::to_string(threads);
-    std::filesystem::remove_all(dir);
-    m3::RandomCheckpointOptions o;
-    o.preset = "tiny";
-    o.seed = 3;
-    o.out_dir = dir;
-    m3::make_random_checkpoint(o);
-    engine = m3::Engine::load(dir, threads);
-  }
-  ~TinyModel() {
-    engine.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir, ec);
-  }
-  std::string dir;
-};
+using m3::test::TinyModel;
 
 std::vector<int32_t> random_tokens(size_t n, int vocab, std::mt19937_64& rng) {
   std::vector<int32_t> t(n);
@@ -49,7 +29,7 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b, const
 }
 
 void check_batching_is_exact(int threads) {
-  TinyModel tiny(threads);
+  TinyModel tiny("text_model_batch", 3, threads);
   m3::TextModel& model = *tiny.engine->model;
   const int vocab = tiny.engine->tokenizer->vocab_size();
   const int B = model.cache_shape().block_size;
@@ -119,7 +99,7 @@ TEST(TextModelBatch, BatchedSequencesMatchSingleRunsOneThread) { check_batching_
 TEST(TextModelBatch, BatchedSequencesMatchSingleRunsTwoThreads) { check_batching_is_exact(2); }
 
 TEST(TextModelBatch, RejectsBadBatches) {
-  TinyModel tiny(1);
+  TinyModel tiny("text_model_batch", 3);
   m3::TextModel& model = *tiny.engine->model;
   m3::KvCache cache(model.cache_shape());
   const int32_t ids[2] = {1, 2};
