@@ -15,7 +15,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "server"))
-import load_client  # noqa: E402
+import server_client  # noqa: E402
 
 
 def main():
@@ -48,12 +48,12 @@ def main():
             extra = ["--parallel", str(par), "--cache-mb", "0"]
             if args.threads:
                 extra += ["-t", str(args.threads)]
-            proc, port = load_client.start_server(args.m3, args.model, extra, os.path.join(tmp, f"p{par}.log"))
+            proc, port = server_client.start_server(args.m3, args.model, extra, os.path.join(tmp, f"p{par}.log"))
             try:
-                load_client.stream_chat("127.0.0.1", port, body(99, 0))  # warm-up
-                before = load_client.get_metrics("127.0.0.1", port)
-                results, errors, wall = load_client.run_clients("127.0.0.1", port, bodies)
-                after = load_client.get_metrics("127.0.0.1", port)
+                server_client.stream_chat("127.0.0.1", port, body(99, 0))  # warm-up
+                before = server_client.get_metrics("127.0.0.1", port)
+                results, errors, wall = server_client.run_clients("127.0.0.1", port, bodies)
+                after = server_client.get_metrics("127.0.0.1", port)
             finally:
                 proc.terminate()
                 proc.wait()

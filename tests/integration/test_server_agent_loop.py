@@ -13,12 +13,12 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
-import load_client  # noqa: E402
+import server_client  # noqa: E402
 
 M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-check = load_client.Checks("server-agent-loop")
+check = server_client.Checks("server-agent-loop")
 
 
 def without_call_ids(message):
@@ -31,13 +31,13 @@ def without_call_ids(message):
 
 
 model = os.path.join(SCRATCH, "tiny")
-load_client.make_checkpoint(M3, "tiny", 9, model)
+server_client.make_checkpoint(M3, "tiny", 9, model)
 tools = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the project",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
 
-warm_proc, warm = load_client.start_server(M3, model, ["-t", "2", "--parallel", "2"], os.path.join(SCRATCH, "warm.log"))
-cold_proc, cold = load_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0"], os.path.join(SCRATCH, "cold.log"))
+warm_proc, warm = server_client.start_server(M3, model, ["-t", "2", "--parallel", "2"], os.path.join(SCRATCH, "warm.log"))
+cold_proc, cold = server_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0"], os.path.join(SCRATCH, "cold.log"))
 try:
     messages = [{"role": "system", "content": "You are a coding agent. Use the tools."},
                 {"role": "user", "content": "What does src/main.cpp do?"}]
@@ -48,10 +48,10 @@ try:
         # Turn 1 forces a tool call, as an agent's first step would make one.
         if turn == 0:
             body["tool_choice"] = {"type": "function", "function": {"name": "read_file"}}
-        before = load_client.get_metrics("127.0.0.1", warm)
-        st_w, w = load_client.post_chat(warm, body)
-        after = load_client.get_metrics("127.0.0.1", warm)
-        st_c, c = load_client.post_chat(cold, body)
+        before = server_client.get_metrics("127.0.0.1", warm)
+        st_w, w = server_client.post_chat(warm, body)
+        after = server_client.get_metrics("127.0.0.1", warm)
+        st_c, c = server_client.post_chat(cold, body)
         if st_w != 200 or st_c != 200:
             check(False, f"turn {turn + 1}: HTTP {st_w} / {st_c}: {w} {c}")
             break
@@ -88,6 +88,6 @@ try:
             messages.append({"role": "user", "content": f"Follow-up {turn + 1}: and then?"})
     check(warm_proc.poll() is None and cold_proc.poll() is None, "servers alive at the end")
 finally:
-    load_client.stop_servers([warm_proc, cold_proc])
+    server_client.stop_servers([warm_proc, cold_proc])
 
 check.finish()

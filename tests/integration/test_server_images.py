@@ -21,12 +21,12 @@ import sys
 from PIL import Image
 
 sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
-import load_client  # noqa: E402
+import server_client  # noqa: E402
 
 M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-check = load_client.Checks("server-images")
+check = server_client.Checks("server-images")
 
 
 
@@ -50,7 +50,7 @@ def request(url, text="Describe the picture."):
 
 
 model = os.path.join(SCRATCH, "tiny-vl")
-load_client.make_checkpoint(M3, "tiny-vl", 4, model)
+server_client.make_checkpoint(M3, "tiny-vl", 4, model)
 media_dir = os.path.join(SCRATCH, "media")
 os.makedirs(media_dir, exist_ok=True)
 a = image_bytes(75, 53, 1)
@@ -60,13 +60,13 @@ with open(os.path.join(media_dir, "a.png"), "wb") as f:
 with open(os.path.join(SCRATCH, "outside.png"), "wb") as f:
     f.write(a)
 
-warm_proc, warm = load_client.start_server(
+warm_proc, warm = server_client.start_server(
     M3, model, ["-t", "2", "--parallel", "2", "--allowed-local-media-path", media_dir], os.path.join(SCRATCH, "warm.log"))
-cold_proc, cold = load_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0"], os.path.join(SCRATCH, "cold.log"))
+cold_proc, cold = server_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0"], os.path.join(SCRATCH, "cold.log"))
 try:
     text_only = {"model": "tiny-vl", "max_tokens": 1, "messages": [{"role": "user", "content": "Describe the picture."}]}
-    st, t = load_client.post_chat(warm, text_only)
-    st1, r1 = load_client.post_chat(warm, request(data_url(a)))
+    st, t = server_client.post_chat(warm, text_only)
+    st1, r1 = server_client.post_chat(warm, request(data_url(a)))
     check(st == 200 and st1 == 200, f"text-only and data: URL image requests answered ({st}, {st1})")
     # 75x53 -> smart_resize 84x56 -> (84/28)*(56/28) = 6 merged tokens; the part's one placeholder
     # becomes start + 6 + end.
@@ -74,28 +74,28 @@ try:
         added = r1["usage"]["prompt_tokens"] - t["usage"]["prompt_tokens"]
         check(added == 6 + 2, f"the image adds start + 6 image tokens + end ({added} tokens)")
 
-    st2, r2 = load_client.post_chat(warm, request(data_url(a)))
-    stc, rc = load_client.post_chat(cold, request(data_url(a)))
+    st2, r2 = server_client.post_chat(warm, request(data_url(a)))
+    stc, rc = server_client.post_chat(cold, request(data_url(a)))
     check(st2 == 200 and r2["usage"]["prompt_tokens_details"]["cached_tokens"] == r2["usage"]["prompt_tokens"] - 1,
           f"same image again: everything but the last prompt token reused ({r2['usage'] if st2 == 200 else r2})")
     check(stc == 200 and r2["choices"][0]["logprobs"] == rc["choices"][0]["logprobs"]
           and r1["choices"][0]["logprobs"] == rc["choices"][0]["logprobs"],
           "log-probabilities with the cached image equal a cold server's")
 
-    st3, r3 = load_client.post_chat(warm, request(data_url(b)))
+    st3, r3 = server_client.post_chat(warm, request(data_url(b)))
     cached3 = r3["usage"]["prompt_tokens_details"]["cached_tokens"] if st3 == 200 else -1
     check(st3 == 200 and 0 < cached3 <= r3["usage"]["prompt_tokens"] - 8,
           f"a different image reuses only the text before it (cached {cached3} of {r3['usage']['prompt_tokens'] if st3 == 200 else '?'})")
     check(st3 == 200 and r3["choices"][0]["logprobs"] != r1["choices"][0]["logprobs"], "a different image changes the logits")
 
-    st4, r4 = load_client.post_chat(warm, request(os.path.join(media_dir, "a.png")))
+    st4, r4 = server_client.post_chat(warm, request(os.path.join(media_dir, "a.png")))
     check(st4 == 200 and r4["choices"][0]["logprobs"] == r1["choices"][0]["logprobs"],
           "a local path under --allowed-local-media-path gives the same answer as the data: URL")
-    st5, r5 = load_client.post_chat(warm, request("file://" + os.path.join(media_dir, "a.png")))
+    st5, r5 = server_client.post_chat(warm, request("file://" + os.path.join(media_dir, "a.png")))
     check(st5 == 200, "file:// URL under the allowed folder")
 
     jpeg = image_bytes(40, 90, 3, "JPEG")
-    st6, _ = load_client.post_chat(warm, request(data_url(jpeg, "image/jpeg")))
+    st6, _ = server_client.post_chat(warm, request(data_url(jpeg, "image/jpeg")))
     check(st6 == 200, "JPEG data URL")
 
     bad = [
@@ -109,7 +109,7 @@ try:
         (request(data_url(b"not an image at all")), "bytes that are no image"),
     ]
     for body, what in bad:
-        st, r = load_client.post_chat(warm, body)
+        st, r = server_client.post_chat(warm, body)
         param = r.get("error", {}).get("param")
         check(st == 400 and param == "messages[0].content[1]", f"{what}: 400 naming {param} ({r.get('error', {}).get('message', '')[:80]})")
     # Video: a 3.5 s clip at 10 fps -> frames 0, 10, 20, 30 -> 2 temporal groups of 6 tokens.
@@ -127,31 +127,31 @@ try:
         clip_url = "data:video/mp4;base64," + base64.b64encode(f.read()).decode()
     vreq = request(clip_url)
     vreq["messages"][0]["content"][1] = {"type": "video_url", "video_url": {"url": clip_url}}
-    st, v1 = load_client.post_chat(warm, vreq)
+    st, v1 = server_client.post_chat(warm, vreq)
     check(st == 200 and v1["usage"]["prompt_tokens"] - t["usage"]["prompt_tokens"] == expected,
           f"a video part becomes its {len(info['timestamp_texts'])} groups (timestamp + start + {per_group} + end): "
           f"{v1['usage']['prompt_tokens'] - t['usage']['prompt_tokens'] if st == 200 else v1} tokens, expected {expected}")
-    st2, v2 = load_client.post_chat(warm, vreq)
-    stc, vc = load_client.post_chat(cold, vreq)
+    st2, v2 = server_client.post_chat(warm, vreq)
+    stc, vc = server_client.post_chat(cold, vreq)
     check(st2 == 200 and stc == 200 and v2["usage"]["prompt_tokens_details"]["cached_tokens"] == v2["usage"]["prompt_tokens"] - 1
           and v2["choices"][0]["logprobs"] == vc["choices"][0]["logprobs"] == v1["choices"][0]["logprobs"],
           "the same video again is reused from the cache, and equals a cold server")
     mixed = request(data_url(a))
     mixed["messages"][0]["content"].append({"type": "video_url", "video_url": {"url": clip_url}})
-    st, m = load_client.post_chat(warm, mixed)
+    st, m = server_client.post_chat(warm, mixed)
     check(st == 200 and m["usage"]["prompt_tokens"] == r1["usage"]["prompt_tokens"] + expected,
           "an image and a video in one message")
     broken = vreq.copy()
     broken["messages"] = [{"role": "user", "content": [{"type": "video_url", "video_url": {
         "url": "data:video/mp4;base64," + base64.b64encode(open(clip, "rb").read()[:600]).decode()}}]}]
-    st, r = load_client.post_chat(warm, broken)
+    st, r = server_client.post_chat(warm, broken)
     check(st == 400 and r["error"]["param"] == "messages[0].content[0]", f"a truncated clip: 400 ({r.get('error', {}).get('message', '')[:80]})")
 
-    st, r = load_client.post_chat(cold, request(os.path.join(media_dir, "a.png")))
+    st, r = server_client.post_chat(cold, request(os.path.join(media_dir, "a.png")))
     check(st == 400 and "allowed-local-media-path" in r["error"]["message"], "local paths are refused without the flag")
-    st, _ = load_client.post_chat(warm, request(data_url(a)))
+    st, _ = server_client.post_chat(warm, request(data_url(a)))
     check(st == 200 and warm_proc.poll() is None and cold_proc.poll() is None, "servers keep serving")
 finally:
-    load_client.stop_servers([warm_proc, cold_proc])
+    server_client.stop_servers([warm_proc, cold_proc])
 
 check.finish()

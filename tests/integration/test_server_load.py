@@ -14,16 +14,16 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
-import load_client  # noqa: E402
+import server_client  # noqa: E402
 
 M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-check = load_client.Checks("server-load")
+check = server_client.Checks("server-load")
 
 
 model = os.path.join(SCRATCH, "tiny")
-load_client.make_checkpoint(M3, "tiny", 5, model)
+server_client.make_checkpoint(M3, "tiny", 5, model)
 
 CLIENTS, PER_CLIENT = 8, 3
 topics = ["rivers", "stars", "bread", "clocks", "maps", "bees", "salt", "glass", "kites", "ink", "moss", "tides"]
@@ -37,20 +37,20 @@ def body(i, j):
 
 
 bodies = [[body(i, j) for j in range(PER_CLIENT)] for i in range(CLIENTS)]
-serial_proc, serial_port = load_client.start_server(M3, model, ["-t", "2", "--parallel", "1", "--cache-mb", "0"],
+serial_proc, serial_port = server_client.start_server(M3, model, ["-t", "2", "--parallel", "1", "--cache-mb", "0"],
                                                     os.path.join(SCRATCH, "serial.log"))
-proc, port = load_client.start_server(M3, model, ["-t", "2", "--parallel", "4", "--timeout", "2"],
+proc, port = server_client.start_server(M3, model, ["-t", "2", "--parallel", "4", "--timeout", "2"],
                                       os.path.join(SCRATCH, "batched.log"))
 try:
     # The reference answers, one request at a time.
-    expected = [[load_client.stream_chat("127.0.0.1", serial_port, b) for b in row] for row in bodies]
+    expected = [[server_client.stream_chat("127.0.0.1", serial_port, b) for b in row] for row in bodies]
 
     # A client that sends half a request and stalls.
     stalled = socket.create_connection(("127.0.0.1", port))
     stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mod")
     stalled_at = time.time()
 
-    results, errors, wall = load_client.run_clients("127.0.0.1", port, bodies)
+    results, errors, wall = server_client.run_clients("127.0.0.1", port, bodies)
     check(not errors, f"{CLIENTS} clients x {PER_CLIENT} streaming requests: zero errors {errors[:3]}")
     same = all(results[i][j] is not None and results[i][j]["text"] == expected[i][j]["text"]
                and results[i][j]["reasoning"] == expected[i][j]["reasoning"]
@@ -62,7 +62,7 @@ try:
                      for i, row in enumerate(results) for j, r in enumerate(row) if r)
     check(lengths_ok, "completion_tokens within max_tokens")
 
-    m = load_client.get_metrics("127.0.0.1", port)
+    m = server_client.get_metrics("127.0.0.1", port)
     steps = m.get("m3_engine_steps_total", 0)
     mean_batch = m.get("m3_engine_step_sequences_total", 0) / steps if steps else 0
     check(mean_batch > 1.0, f"forward passes carried several sequences (mean {mean_batch:.2f} per pass)")
@@ -78,10 +78,10 @@ try:
         data, dropped = b"", False
     check(dropped, f"a client stalling mid-request is dropped after --timeout ({time.time() - stalled_at:.1f} s; answer {data[:40]!r})")
     stalled.close()
-    again = load_client.stream_chat("127.0.0.1", port, bodies[0][0])
+    again = server_client.stream_chat("127.0.0.1", port, bodies[0][0])
     check(again["text"] == expected[0][0]["text"], "the server still answers after the load and the stalled client")
     check(proc.poll() is None, "server alive at the end")
 finally:
-    load_client.stop_servers([proc, serial_proc])
+    server_client.stop_servers([proc, serial_proc])
 
 check.finish()

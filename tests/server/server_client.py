@@ -1,6 +1,6 @@
-"""Concurrent streaming clients for `m3 serve` (Python standard library only).
+"""Clients and helpers for tests and benchmarks of `m3 serve` (Python standard library only).
 
-Used by tests/integration/test_server_load.py (correctness under load) and
+Used by tests/integration/test_server_*.py and
 scripts/bench_serve.py (requests/s, time to first token, tokens/s).
 """
 import http.client
