@@ -13,5 +13,6 @@ void register_logits(CLI::App& app);
 void register_bench(CLI::App& app);
 void register_preprocess(CLI::App& app);
 void register_serve(CLI::App& app);
+void register_chat(CLI::App& app);
 
 }  // namespace m3::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   m3::cli::register_bench(app);
   m3::cli::register_preprocess(app);
   m3::cli::register_serve(app);
+  m3::cli::register_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
