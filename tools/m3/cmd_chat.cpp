@@ -246,7 +246,7 @@ void register_chat(CLI::App& app) {
       try {
         msg = session.turn(line, cb, g_interrupt, st);
       } catch (const Error& e) {
-        out(std::string("\nerror: ") + e.what() + "\n");
+        out(std::string(color ? kReset : "") + "\nerror: " + e.what() + "\n");
         continue;
       }
       printer.finish(msg);
