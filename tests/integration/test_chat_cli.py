@@ -126,6 +126,20 @@ check("SIGINT stops the reply early", first is not None and first["interrupted"]
 check("the chat answers the next line after SIGINT", second is not None and second["turn"] == 2
       and second["reused_tokens"] > 0 and second["generated_tokens"] > 0 and rc == 0, (second, rc))
 
+# Tools: the definitions enter the developer turn; a tool result without a tool call to answer is
+# one error line and the chat goes on.
+tools = os.path.join(SCRATCH, "tools.json")
+with open(tools, "w") as f:
+    json.dump([{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}], f)
+plain, _ = chat(["weather in Paris?"], "-n", "4")
+with_tools, tool_out = chat(["weather in Paris?", "/tool {\"temp\": 21}", "thanks"], "-n", "4", "--tools", tools)
+check("--tools adds the definitions to the prompt", with_tools[0]["prompt_tokens"] > plain[0]["prompt_tokens"] + 50,
+      (plain, with_tools))
+check("/tool without a tool call is an error and the chat goes on",
+      "error: messages[2]: a tool message must follow an assistant message with tool_calls" in tool_out
+      and [t["turn"] for t in with_tools] == [1, 2] and with_tools[1]["reused_tokens"] > 0, (tool_out, with_tools))
+
 # Reasoning budgets: an explicit budget enables thinking and closes the thought at the cap.
 b, _ = chat(["think about it"], "-n", "12", "--reasoning-effort", "3")
 check("budget 3: three reasoning tokens, then the forced closer",

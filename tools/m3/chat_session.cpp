@@ -73,7 +73,7 @@ const ChatSession::Image* ChatSession::image_by_serial(int64_t serial) const {
 void ChatSession::build_prompt(std::vector<int32_t>& ids, std::vector<int64_t>& tags, bool& opens_reasoning) const {
   chat::ChatTemplateOptions topt;
   topt.thinking_mode = opt_.thinking_mode;
-  const chat::RenderedPrompt rendered = chat::render_chat(messages_, chat::Json(nullptr), topt);
+  const chat::RenderedPrompt rendered = chat::render_chat(messages_, opt_.tools, topt);
   opens_reasoning = rendered.opens_reasoning;
   M3_CHECK(rendered.media.size() == images_.size(), "chat: ", rendered.media.size(), " media parts but ",
            images_.size(), " images");
@@ -105,12 +105,12 @@ void ChatSession::build_prompt(std::vector<int32_t>& ids, std::vector<int64_t>& 
   M3_CHECK(used == images_.size(), "chat: ", images_.size(), " images but ", used, " placeholders");
 }
 
-chat::ParsedMessage ChatSession::turn(const std::string& user_text, const ChatTurnCallbacks& cb,
+chat::ParsedMessage ChatSession::turn(const std::string& role, const std::string& user_text, const ChatTurnCallbacks& cb,
                                       const std::atomic<bool>& interrupt, ChatTurnStats& stats) {
   stats = ChatTurnStats{};
   stats.turn = ++turn_;
   const size_t images_before = images_.size();
-  chat::Json user = {{"role", "user"}};
+  chat::Json user = {{"role", role}};
   if (pending_.empty()) {
     user["content"] = user_text;
   } else {
@@ -126,6 +126,7 @@ chat::ParsedMessage ChatSession::turn(const std::string& user_text, const ChatTu
   auto drop_turn = [&] {
     messages_.erase(messages_.size() - 1);
     images_.resize(images_before);
+    --turn_;
   };
 
   std::vector<int32_t> ids;
@@ -190,6 +191,7 @@ chat::ParsedMessage ChatSession::turn(const std::string& user_text, const ChatTu
 
   chat::OutputParserOptions popt;
   popt.starts_in_reasoning = opens_reasoning;
+  popt.tools = opt_.tools;
   chat::OutputParser parser(popt);
   StreamingDecoder decoder(tok);  // special tokens kept: the parser needs the markers
   auto emit = [&](const std::vector<chat::ChatDelta>& ds) {
@@ -262,7 +264,7 @@ chat::ParsedMessage ChatSession::turn(const std::string& user_text, const ChatTu
   chat::ChatTemplateOptions topt;
   topt.thinking_mode = opt_.thinking_mode;
   topt.add_generation_prompt = false;
-  last_text_ = chat::render_chat(messages_, chat::Json(nullptr), topt).text();
+  last_text_ = chat::render_chat(messages_, opt_.tools, topt).text();
   last_images_ = images_.size();
   have_last_ = true;
   return msg;

@@ -21,6 +21,7 @@ namespace m3::cli {
 
 struct ChatSessionOptions {
   std::string system;                    // "" : the template's default developer text
+  chat::Json tools;                      // null or OpenAI tools ([{type:"function", function:{...}}])
   chat::ThinkingMode thinking_mode = chat::ThinkingMode::Adaptive;
   std::optional<int64_t> max_reasoning_tokens;  // nullopt: no cap
   int max_tokens = 1024;
@@ -58,10 +59,10 @@ class ChatSession {
   // shares with the old conversation (the system turn).
   void clear();
 
-  // Adds the user message, generates the reply (streamed through callbacks) and adds it to the
-  // conversation. `interrupt` is polled during prefill and after every token; when set, the turn
+  // Adds a message of `role` ("user", or "tool" for a tool result after a reply with tool calls),
+  // generates the reply (streamed through callbacks) and adds it to the conversation. `interrupt` is polled during prefill and after every token; when set, the turn
   // ends early: a partial reply is kept, a prompt interrupted before any token is dropped.
-  chat::ParsedMessage turn(const std::string& user_text, const ChatTurnCallbacks& callbacks,
+  chat::ParsedMessage turn(const std::string& role, const std::string& text, const ChatTurnCallbacks& callbacks,
                            const std::atomic<bool>& interrupt, ChatTurnStats& stats);
 
   const KvCache& cache() const { return cache_; }

@@ -13,6 +13,7 @@
 #include "chat/thinking_budget.h"
 #include "chat_session.h"
 #include "commands.h"
+#include "read_ids.h"
 
 namespace m3::cli {
 
@@ -95,6 +96,7 @@ class ReplyPrinter {
 void print_help() {
   out("commands:\n"
       "  /image PATH   attach an image to the next message\n"
+      "  /tool TEXT    answer the last reply's tool call(s) with a result (needs --tools)\n"
       "  /clear        start a new conversation\n"
       "  /exit         quit (also EOF, or Ctrl-C at the prompt)\n"
       "  /help         this text\n"
@@ -141,7 +143,7 @@ bool read_message(std::string& msg) {
 
 void register_chat(CLI::App& app) {
   struct Args {
-    std::string model, system, effort, color = "auto";
+    std::string model, system, effort, tools, color = "auto";
     std::vector<std::string> images;
     int threads = 0, chunk = 512, max_tokens = 2048;
     bool stats_json = false, ignore_eos = false, no_reuse = false;
@@ -154,6 +156,7 @@ void register_chat(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (multi-turn, KV reuse, images)");
   cmd->add_option("-m,--model", a->model, "Model folder")->required();
   cmd->add_option("--system", a->system, "System prompt");
+  cmd->add_option("--tools", a->tools, "JSON file with OpenAI tools ([{\"type\":\"function\",\"function\":{...}}])");
   cmd->add_option("--reasoning-effort", a->effort,
                   "none | minimal | low | medium | high | xhigh | a reasoning token budget (default: the "
                   "template's adaptive mode, no cap)");
@@ -177,6 +180,14 @@ void register_chat(CLI::App& app) {
     a->s.validate();
     ChatSessionOptions o;
     o.system = a->system;
+    if (!a->tools.empty()) {
+      try {
+        o.tools = chat::Json::parse(read_text_file(a->tools));
+      } catch (const chat::Json::parse_error& e) {
+        fail(a->tools, ": not valid JSON: ", e.what());
+      }
+      M3_CHECK(o.tools.is_array(), a->tools, ": expected a JSON array of tools");
+    }
     if (!a->effort.empty()) {
       const chat::ThinkingEffort e = chat::parse_reasoning_effort(a->effort, "--reasoning-effort");
       o.thinking_mode = e.mode;
@@ -205,6 +216,7 @@ void register_chat(CLI::App& app) {
         break;
       }
       if (line.empty()) continue;
+      std::string role = "user";
       if (line[0] == '/') {
         const size_t sp = std::min(line.find(' '), line.size());
         const std::string name = line.substr(0, sp);
@@ -227,10 +239,13 @@ void register_chat(CLI::App& app) {
           } catch (const Error& e) {
             out(std::string("error: ") + e.what() + "\n");
           }
+        } else if (name == "/tool") {
+          role = "tool";
+          line = arg;
         } else {
           out("unknown command " + name + " (/help lists them)\n");
         }
-        continue;
+        if (role != "tool") continue;
       }
 
       ReplyPrinter printer(color);
@@ -244,7 +259,7 @@ void register_chat(CLI::App& app) {
       ChatTurnStats st;
       chat::ParsedMessage msg;
       try {
-        msg = session.turn(line, cb, g_interrupt, st);
+        msg = session.turn(role, line, cb, g_interrupt, st);
       } catch (const Error& e) {
         out(std::string(color ? kReset : "") + "\nerror: " + e.what() + "\n");
         continue;
