@@ -140,6 +140,13 @@ check("/tool without a tool call is an error and the chat goes on",
       "error: messages[2]: a tool message must follow an assistant message with tool_calls" in tool_out
       and [t["turn"] for t in with_tools] == [1, 2] and with_tools[1]["reused_tokens"] > 0, (tool_out, with_tools))
 
+bad_tools = os.path.join(SCRATCH, "bad_tools.json")
+with open(bad_tools, "w") as f:
+    f.write('[{"type": "function"}]')
+bad = run("chat", "-m", model, "--tools", bad_tools, ok=False)
+check("malformed --tools is one error line at start", bad.returncode == 1 and
+      bad.stderr.strip() == f"m3: error: {bad_tools}: tools[0].function: missing", bad.stderr)
+
 # Reasoning budgets: an explicit budget enables thinking and closes the thought at the cap.
 b, _ = chat(["think about it"], "-n", "12", "--reasoning-effort", "3")
 check("budget 3: three reasoning tokens, then the forced closer",

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "base/error.h"
+#include "chat/chat_template.h"
 #include "chat/thinking_budget.h"
 #include "chat_session.h"
 #include "commands.h"
@@ -187,6 +188,14 @@ void register_chat(CLI::App& app) {
         fail(a->tools, ": not valid JSON: ", e.what());
       }
       M3_CHECK(o.tools.is_array(), a->tools, ": expected a JSON array of tools");
+      try {
+        // Malformed definitions fail now, not at every turn.
+        chat::Json probe = chat::Json::array();
+        probe.push_back({{"role", "user"}, {"content", ""}});
+        chat::render_chat(probe, o.tools);
+      } catch (const Error& e) {
+        fail(a->tools, ": ", e.what());
+      }
     }
     if (!a->effort.empty()) {
       const chat::ThinkingEffort e = chat::parse_reasoning_effort(a->effort, "--reasoning-effort");
