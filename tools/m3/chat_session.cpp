@@ -240,6 +240,7 @@ chat::ParsedMessage ChatSession::turn(const std::string& role, const std::string
 
   if (prefill_interrupted) {
     stats.interrupted = true;
+    stats.prefilled_tokens = cache_.length() - reuse;  // the chunks done stay cached for the next turn
     drop_turn();
     return {};
   }
