@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   m3::cli::register_make_video(app);
   m3::cli::register_video_tokens(app);
   m3::cli::register_serve(app);
+  m3::cli::register_chat(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

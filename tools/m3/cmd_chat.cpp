@@ -1,0 +1,290 @@
+// m3 chat: an interactive terminal chat on the engine (docs/CHAT.md). Reads one message per line
+// from stdin (a terminal or a pipe), streams the reply, reuses the KV cache across turns.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "base/error.h"
+#include "chat/chat_template.h"
+#include "chat/thinking_budget.h"
+#include "chat_session.h"
+#include "commands.h"
+#include "read_ids.h"
+
+namespace m3::cli {
+
+namespace {
+
+std::atomic<bool> g_interrupt{false};
+
+extern "C" void on_sigint(int) { g_interrupt.store(true); }
+
+// SIGINT sets the flag; without SA_RESTART a read() waiting at the prompt fails with EINTR, so
+// Ctrl-C there ends the loop as well.
+void install_sigint_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_sigint;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;
+  sigaction(SIGINT, &sa, nullptr);
+}
+
+constexpr const char* kDim = "\x1b[2m";
+constexpr const char* kBold = "\x1b[1m";
+constexpr const char* kReset = "\x1b[0m";
+
+void out(const std::string& s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+// Prints a reply as it streams: reasoning dimmed (or bracketed without color), content plain,
+// tool calls gathered and pretty-printed once complete.
+class ReplyPrinter {
+ public:
+  explicit ReplyPrinter(bool color) : color_(color) {}
+
+  void delta(const chat::ChatDelta& d) {
+    if (!d.reasoning_content.empty()) {
+      if (!in_reasoning_) {
+        out(color_ ? std::string(kDim) : std::string("[thinking]\n"));
+        in_reasoning_ = true;
+      }
+      out(d.reasoning_content);
+    }
+    if (!d.content.empty()) {
+      end_reasoning();
+      out(d.content);
+      wrote_content_ = true;
+    }
+    if (!d.tool_calls.empty()) end_reasoning();
+  }
+
+  void finish(const chat::ParsedMessage& msg) {
+    end_reasoning();
+    for (const auto& call : msg.tool_calls) {
+      if (wrote_content_) out("\n");
+      std::string args = call.arguments;
+      try {
+        args = chat::Json::parse(call.arguments).dump(2);
+      } catch (const std::exception&) {
+        // Left as written: the parser closes truncated calls, so this is only a safety net.
+      }
+      out(std::string(color_ ? kBold : "") + "[tool call] " + call.name + (color_ ? kReset : "") + " " + args +
+          (call.complete ? "" : " (truncated)"));
+      wrote_content_ = true;
+    }
+    out("\n");
+  }
+
+ private:
+  void end_reasoning() {
+    if (!in_reasoning_) return;
+    out(color_ ? std::string(kReset) + "\n" : std::string("\n[/thinking]\n"));
+    in_reasoning_ = false;
+  }
+
+  bool color_;
+  bool in_reasoning_ = false;
+  bool wrote_content_ = false;
+};
+
+void print_help() {
+  out("commands:\n"
+      "  /image PATH   attach an image to the next message\n"
+      "  /tool TEXT    answer the last reply's tool call(s) with a result (needs --tools)\n"
+      "  /clear        start a new conversation\n"
+      "  /exit         quit (also EOF, or Ctrl-C at the prompt)\n"
+      "  /help         this text\n"
+      "Ctrl-C while a reply streams stops it. A line ending in \\ continues on the next line.\n");
+}
+
+chat::Json stats_json(const ChatTurnStats& s, const chat::ParsedMessage& m) {
+  chat::Json tool_calls = chat::Json::array();
+  for (const auto& c : m.tool_calls) tool_calls.push_back({{"name", c.name}, {"arguments", c.arguments}});
+  return {{"turn", s.turn},
+          {"prompt_tokens", s.prompt_tokens},
+          {"reused_tokens", s.reused_tokens},
+          {"prefilled_tokens", s.prefilled_tokens},
+          {"generated_tokens", s.generated_tokens},
+          {"forced_tokens", s.forced_tokens},
+          {"reasoning_tokens", s.reasoning_tokens},
+          {"stopped_at_eos", s.stopped_at_eos},
+          {"interrupted", s.interrupted},
+          {"prefill_seconds", s.prefill_seconds},
+          {"decode_tokens_per_second", s.decode_tokens_per_second},
+          {"content", m.content},
+          {"reasoning_content", m.reasoning_content},
+          {"tool_calls", tool_calls}};
+}
+
+// One message from stdin; false at EOF or when Ctrl-C interrupted the read.
+bool read_message(std::string& msg) {
+  msg.clear();
+  std::string line;
+  while (true) {
+    if (!std::getline(std::cin, line)) return false;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!line.empty() && line.back() == '\\') {
+      line.pop_back();
+      msg += line + "\n";
+      continue;
+    }
+    msg += line;
+    return true;
+  }
+}
+
+}  // namespace
+
+void register_chat(CLI::App& app) {
+  struct Args {
+    std::string model, system, effort, tools, color = "auto";
+    std::vector<std::string> images;
+    int threads = 0, chunk = 512, max_tokens = 2048;
+    bool stats_json = false, ignore_eos = false, no_reuse = false;
+    SamplingParams s;
+  };
+  auto a = std::make_shared<Args>();
+  // Sampling defaults of the release's generation_config (spec §7.2, unverified): T 1.0, top-p 0.95.
+  a->s.temperature = 1.0f;
+  a->s.top_p = 0.95f;
+  CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (multi-turn, KV reuse, images)");
+  cmd->add_option("-m,--model", a->model, "Model folder")->required();
+  cmd->add_option("--system", a->system, "System prompt");
+  cmd->add_option("--tools", a->tools, "JSON file with OpenAI tools ([{\"type\":\"function\",\"function\":{...}}])");
+  cmd->add_option("--reasoning-effort", a->effort,
+                  "none | minimal | low | medium | high | xhigh | a reasoning token budget (default: the "
+                  "template's adaptive mode, no cap)");
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--temp", a->s.temperature, "Temperature (0 = greedy)")->capture_default_str();
+  cmd->add_option("--top-k", a->s.top_k, "Top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", a->s.top_p, "Top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", a->s.min_p, "Min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", a->s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--seed", a->s.seed, "Sampling seed")->capture_default_str();
+  cmd->add_option("--image", a->images, "Image for the first message (repeatable; see also /image)");
+  cmd->add_option("--color", a->color, "Dim reasoning with ANSI colors: auto (when stdout is a terminal) | always | never")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd->add_flag("--stats-json", a->stats_json, "After each reply, one JSON line of statistics on stderr");
+  cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-turn token");
+  cmd->add_flag("--no-kv-reuse", a->no_reuse, "Prefill the whole conversation every turn");
+  cmd->callback([a] {
+    a->s.validate();
+    ChatSessionOptions o;
+    o.system = a->system;
+    if (!a->tools.empty()) {
+      try {
+        o.tools = chat::Json::parse(read_text_file(a->tools));
+      } catch (const chat::Json::parse_error& e) {
+        fail(a->tools, ": not valid JSON: ", e.what());
+      }
+      M3_CHECK(o.tools.is_array(), a->tools, ": expected a JSON array of tools");
+      try {
+        // Malformed definitions fail now, not at every turn.
+        chat::Json probe = chat::Json::array();
+        probe.push_back({{"role", "user"}, {"content", ""}});
+        chat::render_chat(probe, o.tools);
+      } catch (const Error& e) {
+        fail(a->tools, ": ", e.what());
+      }
+    }
+    if (!a->effort.empty()) {
+      const chat::ThinkingEffort e = chat::parse_reasoning_effort(a->effort, "--reasoning-effort");
+      o.thinking_mode = e.mode;
+      o.max_reasoning_tokens = e.max_reasoning_tokens;
+    }
+    o.max_tokens = a->max_tokens;
+    o.prefill_chunk = a->chunk;
+    o.stop_at_eos = !a->ignore_eos;
+    o.reuse_kv = !a->no_reuse;
+    o.sampling = a->s;
+    const bool color = a->color == "always" || (a->color == "auto" && isatty(STDOUT_FILENO));
+    const bool interactive = isatty(STDIN_FILENO);
+
+    auto engine = Engine::load(a->model, a->threads);
+    ChatSession session(*engine, o);
+    for (const auto& path : a->images) session.attach_image(path);
+    install_sigint_handler();
+    if (interactive) out("m3 chat: type a message, /help for commands.\n");
+
+    std::string line;
+    while (true) {
+      if (interactive) out(color ? std::string(kBold) + "> " + kReset : std::string("> "));
+      g_interrupt.store(false);
+      if (!read_message(line)) {
+        if (interactive) out("\n");
+        break;
+      }
+      if (line.empty()) continue;
+      std::string role = "user";
+      if (line[0] == '/') {
+        const size_t sp = std::min(line.find(' '), line.size());
+        const std::string name = line.substr(0, sp);
+        const size_t arg_at = line.find_first_not_of(' ', sp);
+        const std::string arg = arg_at == std::string::npos ? "" : line.substr(arg_at);
+        if (name == "/exit" || name == "/quit") break;
+        if (name == "/help") {
+          print_help();
+        } else if (name == "/clear") {
+          session.clear();
+          out("(new conversation)\n");
+        } else if (name == "/image") {
+          if (arg.empty()) {
+            out("usage: /image PATH\n");
+            continue;
+          }
+          try {
+            session.attach_image(arg);
+            out("(image attached to the next message: " + arg + ")\n");
+          } catch (const Error& e) {
+            out(std::string("error: ") + e.what() + "\n");
+          }
+        } else if (name == "/tool") {
+          role = "tool";
+          line = arg;
+        } else {
+          out("unknown command " + name + " (/help lists them)\n");
+        }
+        if (role != "tool") continue;
+      }
+
+      ReplyPrinter printer(color);
+      ChatTurnCallbacks cb;
+      cb.on_delta = [&](const chat::ChatDelta& d) { printer.delta(d); };
+      if (a->stats_json)
+        cb.on_decode_start = [] {
+          std::fprintf(stderr, "{\"event\":\"decoding\"}\n");
+          std::fflush(stderr);
+        };
+      ChatTurnStats st;
+      chat::ParsedMessage msg;
+      try {
+        msg = session.turn(role, line, cb, g_interrupt, st);
+      } catch (const Error& e) {
+        out(std::string(color ? kReset : "") + "\nerror: " + e.what() + "\n");
+        continue;
+      }
+      printer.finish(msg);
+      char summary[256];
+      std::snprintf(summary, sizeof summary, "[%lld prompt tokens: %lld reused, %lld prefilled | %lld tokens, %.1f t/s%s]",
+                    (long long)st.prompt_tokens, (long long)st.reused_tokens, (long long)st.prefilled_tokens,
+                    (long long)st.generated_tokens, st.decode_tokens_per_second, st.interrupted ? " | interrupted" : "");
+      out(color ? std::string(kDim) + summary + kReset + "\n" : std::string(summary) + "\n");
+      if (a->stats_json) {
+        std::fprintf(stderr, "%s\n", stats_json(st, msg).dump().c_str());
+        std::fflush(stderr);
+      }
+    }
+  });
+}
+
+}  // namespace m3::cli
