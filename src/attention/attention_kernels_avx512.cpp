@@ -1,7 +1,7 @@
 // AVX-512 attention inner loops. The whole file is compiled for AVX-512 (pragma below) and only
 // called after a run-time CPU check. Everything here has internal linkage and uses no std::
 // templates, so no AVX-512 copy of a shared inline function can leak into the generic code.
-#pragma GCC target("avx512f")
+#pragma GCC target("avx512f,avx512bw,avx512vl")  // BW+VL: masked 16-bit loads of bf16 keys
 // GCC 12 flags its own _mm512_undefined_* helpers; nothing here reads an uninitialised value.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -17,6 +17,18 @@ namespace m3::avx512 {
 namespace {
 
 inline __mmask16 tail_mask(int n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+
+// 16 K/V elements as fp32: fp32 as is, bf16 widened exactly (its bits become the high half).
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 maskz_load16(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 maskz_load16(__mmask16 m, const uint16_t* p) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
 
 // exp(x) for x <= 0 (softmax weights): 2^(x·log2e) by range reduction, degree-6 polynomial for
 // 2^f on [-0.5, 0.5]; relative error ~2e-7, and exactly 0 for -inf.
@@ -40,16 +52,16 @@ inline __m512 exp_ps(__m512 x) {
 // Scores of up to 4 queries against 16·V keys starting at key t0 (V vectors, last one masked).
 // The accumulators are locals until the end: __m512 is a may_alias type, so accumulating straight
 // into the caller's array would force a load and store around every FMA.
-template <int Q, int V>
-inline void qk_tile(const float* q, int dim, const float* kT, int kt_stride, int t0, __mmask16 last,
+template <int Q, int V, typename T>
+inline void qk_tile(const float* q, int dim, const T* kT, int kt_stride, int t0, __mmask16 last,
                     __m512 out[Q][V]) {
   __m512 acc[Q][V];
   for (int i = 0; i < Q; ++i)
     for (int j = 0; j < V; ++j) acc[i][j] = _mm512_setzero_ps();
   for (int d = 0; d < dim; ++d) {
-    const float* k = kT + int64_t(d) * kt_stride + t0;
+    const T* k = kT + int64_t(d) * kt_stride + t0;
     __m512 kv[V];
-    for (int j = 0; j < V; ++j) kv[j] = j == V - 1 ? _mm512_maskz_loadu_ps(last, k + 16 * j) : _mm512_loadu_ps(k + 16 * j);
+    for (int j = 0; j < V; ++j) kv[j] = j == V - 1 ? maskz_load16(last, k + 16 * j) : load16(k + 16 * j);
     for (int i = 0; i < Q; ++i) {
       const __m512 qb = _mm512_set1_ps(q[int64_t(i) * dim + d]);
       for (int j = 0; j < V; ++j) acc[i][j] = _mm512_fmadd_ps(qb, kv[j], acc[i][j]);
@@ -60,8 +72,8 @@ inline void qk_tile(const float* q, int dim, const float* kT, int kt_stride, int
 }
 
 // Runs fn(acc tile) over all (query tile, key tile) pairs with 4 queries × 4 key vectors where possible.
-template <typename Store>
-void qk_for_tiles(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, Store store) {
+template <typename T, typename Store>
+void qk_for_tiles(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Store store) {
   auto keys = [&](auto qtag, const float* qi, int i0) {
     constexpr int Q = decltype(qtag)::value;
     int t0 = 0;
@@ -82,14 +94,16 @@ void qk_for_tiles(const float* q, int nq, int dim, const float* kT, int kt_strid
   for (; i0 < nq; ++i0) keys(std::integral_constant<int, 1>{}, q + int64_t(i0) * dim, i0);
 }
 
-void qk_scores_avx512(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S,
+template <typename T>
+void qk_scores_avx512(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S,
                                 int ld) {
   qk_for_tiles(q, nq, dim, kT, kt_stride, n_keys, [&](int i0, int Q, int t, __mmask16 m, auto get) {
     for (int i = 0; i < Q; ++i) _mm512_mask_storeu_ps(S + int64_t(i0 + i) * ld + t, m, get(i));
   });
 }
 
-void qk_block_max_avx512(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys,
+template <typename T>
+void qk_block_max_avx512(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys,
                                    float* out) {
   // Running per-query maxima as vectors, reduced once at the end.
   for (int i0 = 0; i0 < nq; i0 += 64) {
@@ -130,14 +144,14 @@ void softmax_update_avx512(float* S, int heads, int ld, int n_keys, float* m, fl
 }
 
 // o tile of H heads × 16·V dims += P · v
-template <int H, int V>
-inline void pv_tile(const float* P, int ld, int n_keys, const float* v, int hd, int d0, float* o) {
+template <int H, int V, typename T>
+inline void pv_tile(const float* P, int ld, int n_keys, const T* v, int hd, int d0, float* o) {
   __m512 acc[H][V];
   for (int h = 0; h < H; ++h)
     for (int j = 0; j < V; ++j) acc[h][j] = _mm512_loadu_ps(o + int64_t(h) * hd + d0 + 16 * j);
   for (int t = 0; t < n_keys; ++t) {
     __m512 vv[V];
-    for (int j = 0; j < V; ++j) vv[j] = _mm512_loadu_ps(v + int64_t(t) * hd + d0 + 16 * j);
+    for (int j = 0; j < V; ++j) vv[j] = load16(v + int64_t(t) * hd + d0 + 16 * j);
     for (int h = 0; h < H; ++h) {
       const __m512 p = _mm512_set1_ps(P[int64_t(h) * ld + t]);
       for (int j = 0; j < V; ++j) acc[h][j] = _mm512_fmadd_ps(p, vv[j], acc[h][j]);
@@ -147,7 +161,8 @@ inline void pv_tile(const float* P, int ld, int n_keys, const float* v, int hd, 
     for (int j = 0; j < V; ++j) _mm512_storeu_ps(o + int64_t(h) * hd + d0 + 16 * j, acc[h][j]);
 }
 
-void pv_avx512(const float* P, int heads, int ld, int n_keys, const float* v, int hd, float* o) {
+template <typename T>
+void pv_avx512(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o) {
   int h = 0;
   for (; h + 4 <= heads; h += 4) {
     int d = 0;
@@ -174,6 +189,15 @@ void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, flo
 }
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o) {
   pv_avx512(P, heads, ld, n_keys, v, head_dim, o);
+}
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o) {
+  pv_avx512(P, heads, ld, n_keys, v, head_dim, o);
+}
+void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld) {
+  qk_scores_avx512(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+}
+void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out) {
+  qk_block_max_avx512(q, nq, dim, kT, kt_stride, n_keys, out);
 }
 
 }  // namespace m3::avx512

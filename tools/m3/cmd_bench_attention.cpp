@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/machine_bounds.h"
 #include "bench_util.h"
+#include "cache_type.h"
 #include "commands.h"
 
 namespace m3::cli {
@@ -73,6 +74,7 @@ struct Point {
 
 void register_bench_attention(CLI::App* bench) {
   struct Args {
+    std::string cache_type = "f32";
     std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;
@@ -87,6 +89,7 @@ void register_bench_attention(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  add_cache_type_option(cmd, a->cache_type);
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
   cmd->callback([a] {
     ThreadPool pool(a->threads);
@@ -96,8 +99,8 @@ void register_bench_attention(CLI::App* bench) {
       bw = measure_read_bandwidth(pool);
       peak = measure_fma_peak(pool);
     }
-    std::printf("threads %d, attention kernels %s, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
-                pool.size(), attention_kernel_name(), bw, peak);
+    std::printf("threads %d, attention kernels %s, cache %s, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
+                pool.size(), attention_kernel_name(), a->cache_type.c_str(), bw, peak);
 
     size_t start = 0;
     while (start <= a->shapes.size()) {
@@ -120,6 +123,7 @@ void register_bench_attention(CLI::App* bench) {
         cs.head_dim = s.head_dim;
         cs.index_dim = s.index_dim;
         cs.layer_has_index = {true};
+        cs.dtype = cache_type_of(a->cache_type);
         KvCache cache(cs);
         cache.ensure_capacity(N + C);
         fill_cache(pool, cache, N + C);
@@ -163,7 +167,8 @@ void register_bench_attention(CLI::App* bench) {
         const double index_flops = 2.0 * C * G * s.index_dim * double(N);
         const double attn_flops = 4.0 * C * Hq * hd * kb;
         const double dense_flops = 4.0 * C * Hq * hd * (double(N) + C / 2.0);
-        const double decode_bytes = double(N) * s.index_dim * 4 + double(G) * kb * hd * 2 * 4;
+        const double eb = double(dtype_size(cs.dtype));  // bytes per cached element
+        const double decode_bytes = double(N) * s.index_dim * eb + double(G) * kb * hd * 2 * eb;
         const char* x = p.dense_extrapolated ? "*" : "";
         std::printf("| %lld | %.1f (%.1f + %.1f) | %.1f%s | %.1fx%s | %.3f | %.3f%s | %.1fx%s | %.0f | %.0f | %.0f%s | %.1f | %.3f |\n",
                     N, 1e3 * (p.msa_index_s + p.msa_attn_s), 1e3 * p.msa_index_s, 1e3 * p.msa_attn_s, 1e3 * p.dense_s, x,
