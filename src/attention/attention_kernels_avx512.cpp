@@ -72,6 +72,9 @@ inline void qk_tile(const float* q, int dim, const T* kT, int kt_stride, int t0,
 }
 
 // Runs fn(acc tile) over all (query tile, key tile) pairs with 4 queries × 4 key vectors where possible.
+// A remainder of 2 or 3 queries (decode: one query per KV group or head) is one tile, not single
+// queries: the keys are loaded once and the independent FMA chains double or triple. Every score is
+// still one sequential sum over d, so the tiling never changes a result.
 template <typename T, typename Store>
 void qk_for_tiles(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Store store) {
   auto keys = [&](auto qtag, const float* qi, int i0) {
@@ -91,7 +94,9 @@ void qk_for_tiles(const float* q, int nq, int dim, const T* kT, int kt_stride, i
   };
   int i0 = 0;
   for (; i0 + 4 <= nq; i0 += 4) keys(std::integral_constant<int, 4>{}, q + int64_t(i0) * dim, i0);
-  for (; i0 < nq; ++i0) keys(std::integral_constant<int, 1>{}, q + int64_t(i0) * dim, i0);
+  if (nq - i0 == 3) keys(std::integral_constant<int, 3>{}, q + int64_t(i0) * dim, i0);
+  else if (nq - i0 == 2) keys(std::integral_constant<int, 2>{}, q + int64_t(i0) * dim, i0);
+  else if (nq - i0 == 1) keys(std::integral_constant<int, 1>{}, q + int64_t(i0) * dim, i0);
 }
 
 template <typename T>
@@ -161,19 +166,24 @@ inline void pv_tile(const float* P, int ld, int n_keys, const T* v, int hd, int 
     for (int j = 0; j < V; ++j) _mm512_storeu_ps(o + int64_t(h) * hd + d0 + 16 * j, acc[h][j]);
 }
 
+// H heads × all dims: 64-dim tiles, then one tile of the 16, 32 or 48 left (narrow heads and
+// the last heads of a group get as many independent FMA chains as the shape allows).
+template <int H, typename T>
+void pv_heads(const float* P, int ld, int n_keys, const T* v, int hd, float* o) {
+  int d = 0;
+  for (; d + 64 <= hd; d += 64) pv_tile<H, 4>(P, ld, n_keys, v, hd, d, o);
+  if (hd - d == 48) pv_tile<H, 3>(P, ld, n_keys, v, hd, d, o);
+  else if (hd - d == 32) pv_tile<H, 2>(P, ld, n_keys, v, hd, d, o);
+  else if (hd - d == 16) pv_tile<H, 1>(P, ld, n_keys, v, hd, d, o);
+}
+
 template <typename T>
 void pv_avx512(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o) {
   int h = 0;
-  for (; h + 4 <= heads; h += 4) {
-    int d = 0;
-    for (; d + 64 <= hd; d += 64) pv_tile<4, 4>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
-    for (; d < hd; d += 16) pv_tile<4, 1>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
-  }
-  for (; h < heads; ++h) {
-    int d = 0;
-    for (; d + 64 <= hd; d += 64) pv_tile<1, 4>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
-    for (; d < hd; d += 16) pv_tile<1, 1>(P + int64_t(h) * ld, ld, n_keys, v, hd, d, o + int64_t(h) * hd);
-  }
+  for (; h + 4 <= heads; h += 4) pv_heads<4>(P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd);
+  if (heads - h == 3) pv_heads<3>(P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd);
+  else if (heads - h == 2) pv_heads<2>(P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd);
+  else if (heads - h == 1) pv_heads<1>(P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd);
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ TEST(AttentionKernels, ScoresAndBlockMaxMatchDotProducts) {
   std::mt19937 rng(10);
   for (int dim : {16, 32, 128, 7})
     for (int n_keys : {1, 15, 16, 17, 64, 100, 128})
-      for (int nq : {1, 3, 4, 9}) {
+      for (int nq : {1, 2, 3, 4, 6, 9}) {  // tiles of 4 plus a remainder of 0-3 queries
         const int stride = 128;
         auto q = randn(rng, size_t(nq * dim));
         auto kT = randn(rng, size_t(dim * stride));
@@ -185,25 +185,26 @@ TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
           }
         EXPECT_TRUE(same_bits(mx, mxw));
       }
-  for (int hd : {16, 32, 128, 12})
-    for (int n_keys : {1, 17, 48}) {
-      const int heads = 5, ld = 48;
-      auto P = randn(rng, size_t(heads * ld));
-      std::vector<uint16_t> vb;
-      std::vector<float> vw;
-      randn_bf16(rng, size_t(n_keys * hd), vb, vw);
-      auto o0 = randn(rng, size_t(heads * hd));
-      std::vector<float> o = o0, ow = o0;
-      pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), hd, o.data());
-      pv_accumulate(P.data(), heads, ld, n_keys, vw.data(), hd, ow.data());
-      ASSERT_TRUE(same_bits(o, ow)) << "hd " << hd << " keys " << n_keys;
-      for (int h = 0; h < heads; ++h)
-        for (int d = 0; d < hd; ++d) {
-          double ref = o0[size_t(h * hd + d)];
-          for (int t = 0; t < n_keys; ++t) ref += double(P[size_t(h * ld + t)]) * vw[size_t(t * hd + d)];
-          EXPECT_NEAR(o[size_t(h * hd + d)], ref, 1e-4 * (1 + std::fabs(ref)));
-        }
-    }
+  for (int hd : {16, 32, 48, 128, 112, 12})
+    for (int n_keys : {1, 17, 48})
+      for (int heads : {1, 2, 3, 5, 8}) {  // head tiles of 4 plus a remainder; dim tiles of 64 plus 16-48
+        const int ld = 48;
+        auto P = randn(rng, size_t(heads * ld));
+        std::vector<uint16_t> vb;
+        std::vector<float> vw;
+        randn_bf16(rng, size_t(n_keys * hd), vb, vw);
+        auto o0 = randn(rng, size_t(heads * hd));
+        std::vector<float> o = o0, ow = o0;
+        pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), hd, o.data());
+        pv_accumulate(P.data(), heads, ld, n_keys, vw.data(), hd, ow.data());
+        ASSERT_TRUE(same_bits(o, ow)) << "hd " << hd << " keys " << n_keys;
+        for (int h = 0; h < heads; ++h)
+          for (int d = 0; d < hd; ++d) {
+            double ref = o0[size_t(h * hd + d)];
+            for (int t = 0; t < n_keys; ++t) ref += double(P[size_t(h * ld + t)]) * vw[size_t(t * hd + d)];
+            EXPECT_NEAR(o[size_t(h * hd + d)], ref, 1e-4 * (1 + std::fabs(ref))) << "hd " << hd << " heads " << heads;
+          }
+      }
 }
 
 namespace {
