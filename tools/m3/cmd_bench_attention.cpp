@@ -74,7 +74,7 @@ struct Point {
 
 void register_bench_attention(CLI::App* bench) {
   struct Args {
-    std::string cache_type = "f32";
+    std::string cache_type = "f32", clock = "wall";
     std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;
@@ -90,17 +90,21 @@ void register_bench_attention(CLI::App* bench) {
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   add_cache_type_option(cmd, a->cache_type);
+  cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}))
+      ->capture_default_str();
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
   cmd->callback([a] {
     ThreadPool pool(a->threads);
+    const BenchClock clock{a->clock == "cpu", pool.size()};
     const std::vector<long long> contexts = parse_int_list(a->contexts, "--contexts");
     double bw = 0, peak = 0;
     if (!a->skip_bounds) {
-      bw = measure_read_bandwidth(pool);
-      peak = measure_fma_peak(pool);
+      bw = measure_read_bandwidth(pool, size_t(1) << 30, 3, clock);
+      peak = measure_fma_peak(pool, 3, clock);
     }
-    std::printf("threads %d, attention kernels %s, cache %s, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
-                pool.size(), attention_kernel_name(), a->cache_type.c_str(), bw, peak);
+    std::printf("threads %d, attention kernels %s, cache %s, %s clock, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
+                pool.size(), attention_kernel_name(), a->cache_type.c_str(), a->clock.c_str(), bw, peak);
 
     size_t start = 0;
     while (start <= a->shapes.size()) {
@@ -143,17 +147,17 @@ void register_bench_attention(CLI::App* bench) {
         run.topk = s.topk;
         BlockSelection sel;
         Point p{N, 0, 0, 0, 0, 0, false};
-        p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }).median;
-        p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }).median;
+        p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }, clock).median;
+        p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }, clock).median;
         AttentionRun dec = run;
         dec.rows = 1;
         p.msa_decode_s = time_runs(a->reps * 3, 1, [&] {
           msa_select_run(pool, cache, 0, dec, sel);
           attention_run(pool, cache, 0, dec, &sel, out.data());
-        }).median;
+        }, clock).median;
         if (N <= a->dense_max) {
-          p.dense_s = time_runs(a->reps, 0, [&] { attention_run(pool, cache, 0, run, nullptr, out.data()); }).median;
-          p.dense_decode_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, dec, nullptr, out.data()); }).median;
+          p.dense_s = time_runs(a->reps, 0, [&] { attention_run(pool, cache, 0, run, nullptr, out.data()); }, clock).median;
+          p.dense_decode_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, dec, nullptr, out.data()); }, clock).median;
         } else {
           // Dense cost per chunk and per decode step grows linearly with N: scale the largest measured point.
           const Point& m = pts.back();
