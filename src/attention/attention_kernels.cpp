@@ -71,20 +71,23 @@ void pv_generic(const float* P, int heads, int ld, int n_keys, const T* v, int h
 bool use_avx512() { return cpu_active_path() == CpuPath::Avx512; }
 
 template <typename T>
-void qk_scores_any(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld) {
-  if (use_avx512()) avx512::qk_scores(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+void qk_scores_any(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
+                   const void* pf, size_t pf_bytes) {
+  if (use_avx512()) avx512::qk_scores(q, nq, dim, kT, kt_stride, n_keys, S, ld, pf, pf_bytes);
   else qk_scores_generic(q, nq, dim, kT, kt_stride, n_keys, S, ld);
 }
 
 template <typename T>
-void qk_block_max_any(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out) {
-  if (use_avx512()) avx512::qk_block_max(q, nq, dim, kT, kt_stride, n_keys, out);
+void qk_block_max_any(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out,
+                      const void* pf, size_t pf_bytes) {
+  if (use_avx512()) avx512::qk_block_max(q, nq, dim, kT, kt_stride, n_keys, out, pf, pf_bytes);
   else qk_block_max_generic(q, nq, dim, kT, kt_stride, n_keys, out);
 }
 
 template <typename T>
-void pv_any(const float* P, int heads, int ld, int n_keys, const T* v, int head_dim, float* o) {
-  if (use_avx512() && head_dim % 16 == 0) avx512::pv_accumulate(P, heads, ld, n_keys, v, head_dim, o);
+void pv_any(const float* P, int heads, int ld, int n_keys, const T* v, int head_dim, float* o, const void* pf,
+            size_t pf_bytes) {
+  if (use_avx512() && head_dim % 16 == 0) avx512::pv_accumulate(P, heads, ld, n_keys, v, head_dim, o, pf, pf_bytes);
   else pv_generic(P, heads, ld, n_keys, v, head_dim, o);
 }
 
@@ -92,18 +95,23 @@ void pv_any(const float* P, int heads, int ld, int n_keys, const T* v, int head_
 
 const char* attention_kernel_name() { return use_avx512() ? "avx512" : "generic"; }
 
-void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld) {
-  qk_scores_any(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+// The plain paths ignore the prefetch hint (they are the reference, not tuned for DRAM).
+void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld,
+               const void* prefetch, size_t prefetch_bytes) {
+  qk_scores_any(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
 }
-void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld) {
-  qk_scores_any(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld,
+               const void* prefetch, size_t prefetch_bytes) {
+  qk_scores_any(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
 }
 
-void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out) {
-  qk_block_max_any(q, nq, dim, kT, kt_stride, n_keys, out);
+void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out,
+                  const void* prefetch, size_t prefetch_bytes) {
+  qk_block_max_any(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
 }
-void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out) {
-  qk_block_max_any(q, nq, dim, kT, kt_stride, n_keys, out);
+void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out,
+                  const void* prefetch, size_t prefetch_bytes) {
+  qk_block_max_any(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
 }
 
 void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
@@ -111,11 +119,13 @@ void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, flo
   else softmax_update_generic(S, heads, ld, n_keys, m, l, o, head_dim);
 }
 
-void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o) {
-  pv_any(P, heads, ld, n_keys, v, head_dim, o);
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o,
+                   const void* prefetch, size_t prefetch_bytes) {
+  pv_any(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
 }
-void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o) {
-  pv_any(P, heads, ld, n_keys, v, head_dim, o);
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
+                   const void* prefetch, size_t prefetch_bytes) {
+  pv_any(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
 }
 
 }  // namespace m3

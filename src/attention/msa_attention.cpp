@@ -8,19 +8,6 @@
 
 namespace m3 {
 
-namespace {
-
-// Asks for `bytes` from p into L2 (prefetcht1), one request per cache line. A K or V page is read
-// from DRAM exactly once per tile, in a strided order (K rows of 16-64 keys) that the hardware
-// prefetchers follow poorly; fetching the next block's pages while this one is computed hides
-// the DRAM latency that otherwise stalls the single-row (decode) loop.
-inline void prefetch_l2(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, 0, 2);
-}
-
-}  // namespace
-
 void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel) {
   const int G = run.kv_heads, id = run.index_dim, K = run.topk;
   const int B = cache.shape().block_size;
@@ -49,10 +36,15 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         const int64_t r0 = std::max(first_sparse_row, first_row_beyond(b));
         if (r0 >= R) continue;
         const int64_t nq = (R - r0) * G;
+        // The next index page of this range is requested into L2 during this block's scoring.
+        const bool pf = b + 1 < b1;
+        const size_t page = size_t(id) * B * dtype_size(cache.dtype());
         if (cache.dtype() == DType::BF16)
-          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t_bf16(layer, b), B, B, col.data());
+          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t_bf16(layer, b), B, B, col.data(),
+                       pf ? cache.index_k_block_t_bf16(layer, b + 1) : nullptr, pf ? page : 0);
         else
-          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t(layer, b), B, B, col.data());
+          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t(layer, b), B, B, col.data(),
+                       pf ? cache.index_k_block_t(layer, b + 1) : nullptr, pf ? page : 0);
         for (int64_t i = 0; i < nq; ++i)
           scores[size_t(((r0 - first_sparse_row) * G + i) * n_blocks + b)] = col[size_t(i)] * scale;
       }
@@ -117,7 +109,14 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         for (int64_t i = 0; i < nr; ++i)
           if (next[i] < row_count(i)) b = std::min<int64_t>(b, row_block(i, next[i]));
         if (b == INT64_MAX) break;
-        {  // the block the tile needs after b: each row's next entry beyond b (lists are ascending)
+        // The block the tile needs after b (each row's next entry beyond b; lists are ascending).
+        // Its K and V pages are requested into L2 while b is computed (spread over the qk and pv
+        // loops of the first row that uses b), so DRAM traffic overlaps the arithmetic: a page is
+        // read once per tile, and in decode nothing else would hide its latency.
+        const void* next_k = nullptr;
+        const void* next_v = nullptr;
+        const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
+        {
           int64_t nb = INT64_MAX;
           for (int64_t i = 0; i < nr; ++i) {
             int32_t j = next[i];
@@ -125,9 +124,8 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
             if (j < row_count(i)) nb = std::min<int64_t>(nb, row_block(i, j));
           }
           if (nb != INT64_MAX) {
-            const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
-            prefetch_l2(bf16 ? static_cast<const void*>(cache.k_block_t_bf16(layer, nb, g)) : cache.k_block_t(layer, nb, g), page);
-            prefetch_l2(bf16 ? static_cast<const void*>(cache.v_block_bf16(layer, nb, g)) : cache.v_block(layer, nb, g), page);
+            next_k = bf16 ? static_cast<const void*>(cache.k_block_t_bf16(layer, nb, g)) : cache.k_block_t(layer, nb, g);
+            next_v = bf16 ? static_cast<const void*>(cache.v_block_bf16(layer, nb, g)) : cache.v_block(layer, nb, g);
           }
         }
         // kT, v: float or uint16_t (bf16) pages; the kernels widen bf16 on load.
@@ -138,9 +136,10 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
             const int64_t pos = run.first_pos + r0 + i;
             const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
             float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
-            qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B);
+            qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
             softmax_block_update(S.data(), Hg, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-            pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o);
+            pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
+            next_k = next_v = nullptr;  // requested once per tile
           }
         };
         if (bf16) attend_block(cache.k_block_t_bf16(layer, b, g), cache.v_block_bf16(layer, b, g));

@@ -176,6 +176,13 @@ TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
         qk_scores(q.data(), nq, dim, kw.data(), stride, n_keys, Sw.data(), stride);
         qk_block_max(q.data(), nq, dim, kb.data(), stride, n_keys, mx.data());
         qk_block_max(q.data(), nq, dim, kw.data(), stride, n_keys, mxw.data());
+        // The prefetch hint (the next page) never changes a result.
+        std::vector<float> Sp(S.size()), mxp(mx.size());
+        qk_scores(q.data(), nq, dim, kb.data(), stride, n_keys, Sp.data(), stride, kw.data(), kw.size() * 4);
+        qk_block_max(q.data(), nq, dim, kb.data(), stride, n_keys, mxp.data(), kw.data(), kw.size() * 4);
+        EXPECT_TRUE(same_bits(mx, mxp));
+        for (int i = 0; i < nq; ++i)
+          for (int t = 0; t < n_keys; ++t) ASSERT_EQ(S[size_t(i * stride + t)], Sp[size_t(i * stride + t)]);
         for (int i = 0; i < nq; ++i)
           for (int t = 0; t < n_keys; ++t) {
             ASSERT_EQ(S[size_t(i * stride + t)], Sw[size_t(i * stride + t)]) << "dim " << dim << " keys " << n_keys;
@@ -197,6 +204,9 @@ TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
         std::vector<float> o = o0, ow = o0;
         pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), hd, o.data());
         pv_accumulate(P.data(), heads, ld, n_keys, vw.data(), hd, ow.data());
+        std::vector<float> op = o0;
+        pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), hd, op.data(), P.data(), P.size() * 4);
+        ASSERT_TRUE(same_bits(o, op));
         ASSERT_TRUE(same_bits(o, ow)) << "hd " << hd << " keys " << n_keys;
         for (int h = 0; h < heads; ++h)
           for (int d = 0; d < hd; ++d) {
