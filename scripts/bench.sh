@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Reproduces the tables of docs/BENCHMARKS.md on this machine (minutes; run on an idle machine).
 # Usage: scripts/bench.sh [OUTPUT_FILE]   (default: bench-results.md)
+# Each table runs with the f32 and the bf16 cache (--cache-type). On a machine shared with other
+# work, add --clock cpu to the m3 bench commands (process CPU time / threads).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-bench-results.md}"
@@ -14,19 +16,23 @@ done
   echo
   echo '## Attention layer: MSA vs dense'
   echo
-  echo '```'
-  echo "$m3 bench attention --shapes m3,tiny"
-  echo '```'
-  $m3 bench attention --shapes m3,tiny
-  echo
+  for ct in f32 bf16; do
+    echo '```'
+    echo "$m3 bench attention --shapes m3,tiny --cache-type $ct"
+    echo '```'
+    $m3 bench attention --shapes m3,tiny --cache-type "$ct"
+    echo
+  done
   echo '## Whole model'
   echo
   for preset in tiny small; do
-    echo '```'
-    echo "$m3 bench -m models/$preset -p 512 -n 128 -d 0,16384,65536"
-    echo '```'
-    $m3 bench -m "models/$preset" -p 512 -n 128 -d 0,16384,65536
-    echo
+    for ct in f32 bf16; do
+      echo '```'
+      echo "$m3 bench -m models/$preset -p 512 -n 128 -d 0,16384,65536 --cache-type $ct"
+      echo '```'
+      $m3 bench -m "models/$preset" -p 512 -n 128 -d 0,16384,65536 --cache-type "$ct"
+      echo
+    done
   done
   echo '## Vision'
   echo

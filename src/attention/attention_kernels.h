@@ -2,17 +2,29 @@
 // The inner loops of MSA and dense attention over one KV block, with K stored transposed per block
 // ([dim][block_size], so a vector holds one dimension of 16 consecutive keys) and V natural
 // ([block_size][head_dim]). Each op has an AVX-512 path (dims multiple of 16) chosen at run time
-// and a plain path; tests compare both against naive formulas.
+// and a plain path; tests compare both against naive formulas. The K and V arguments come in two
+// element types: fp32, or bf16 (uint16_t bit patterns, a bf16 KV cache) widened exactly to fp32 on
+// load; all arithmetic is fp32 either way, so a bf16 block gives the bits of its widened fp32 copy.
+#include <cstddef>
 #include <cstdint>
 
 namespace m3 {
 
 // S[i][t] = q[i] · kT[:, t] for i < nq, t < n_keys; S row stride ld (>= n_keys).
 // q (nq, dim), kT (dim, kt_stride)
-void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld);
+// prefetch/prefetch_bytes (qk_scores, qk_block_max, pv_accumulate): a region the caller reads next (the next
+// block's page), requested into L2 a few cache lines per inner-loop step, so that DRAM traffic
+// overlaps the arithmetic instead of stalling it. A hint only; results never depend on it.
+void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld,
+               const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld,
+               const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
 // out[i] = max_t<n_keys S[i][t], computed without storing S (index branch block max).
-void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out);
+void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out,
+                  const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out,
+                  const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
 // Online softmax step for `heads` rows of scores over n_keys keys: updates the running max m and
 // denominator l, rescales the accumulators o (heads, head_dim), and turns S into weights
@@ -20,7 +32,10 @@ void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_strid
 void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim);
 
 // o[h] += Σ_t P[h][t] · v[t] for t < n_keys. P (heads, ld), v (n_keys, head_dim), o (heads, head_dim)
-void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o);
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o,
+                   const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
+                   const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
 // Which implementation runs ("avx512" or "generic"); M3_CPU=generic forces the plain path.
 const char* attention_kernel_name();

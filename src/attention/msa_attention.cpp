@@ -36,7 +36,15 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         const int64_t r0 = std::max(first_sparse_row, first_row_beyond(b));
         if (r0 >= R) continue;
         const int64_t nq = (R - r0) * G;
-        qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t(layer, b), B, B, col.data());
+        // The next index page of this range is requested into L2 during this block's scoring.
+        const bool pf = b + 1 < b1;
+        const size_t page = size_t(id) * B * dtype_size(cache.dtype());
+        if (cache.dtype() == DType::BF16)
+          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t_bf16(layer, b), B, B, col.data(),
+                       pf ? cache.index_k_block_t_bf16(layer, b + 1) : nullptr, pf ? page : 0);
+        else
+          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t(layer, b), B, B, col.data(),
+                       pf ? cache.index_k_block_t(layer, b + 1) : nullptr, pf ? page : 0);
         for (int64_t i = 0; i < nq; ++i)
           scores[size_t(((r0 - first_sparse_row) * G + i) * n_blocks + b)] = col[size_t(i)] * scale;
       }
@@ -65,6 +73,7 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
+  const bool bf16 = cache.dtype() == DType::BF16;
   // Rows are processed in tiles per KV group, walking the union of the tile's blocks in ascending
   // order: a K/V block is loaded once for every row and query head of the tile that uses it. Each
   // row still sees its own blocks in ascending order, so its result does not depend on the tile
@@ -100,18 +109,41 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         for (int64_t i = 0; i < nr; ++i)
           if (next[i] < row_count(i)) b = std::min<int64_t>(b, row_block(i, next[i]));
         if (b == INT64_MAX) break;
-        const float* kT = cache.k_block_t(layer, b, g);
-        const float* v = cache.v_block(layer, b, g);
-        for (int64_t i = 0; i < nr; ++i) {
-          if (next[i] >= row_count(i) || row_block(i, next[i]) != b) continue;
-          ++next[i];
-          const int64_t pos = run.first_pos + r0 + i;
-          const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
-          float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
-          qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B);
-          softmax_block_update(S.data(), Hg, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-          pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o);
+        // The block the tile needs after b (each row's next entry beyond b; lists are ascending).
+        // Its K and V pages are requested into L2 while b is computed (spread over the qk and pv
+        // loops of the first row that uses b), so DRAM traffic overlaps the arithmetic: a page is
+        // read once per tile, and in decode nothing else would hide its latency.
+        const void* next_k = nullptr;
+        const void* next_v = nullptr;
+        const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
+        {
+          int64_t nb = INT64_MAX;
+          for (int64_t i = 0; i < nr; ++i) {
+            int32_t j = next[i];
+            if (j < row_count(i) && row_block(i, j) == b) ++j;
+            if (j < row_count(i)) nb = std::min<int64_t>(nb, row_block(i, j));
+          }
+          if (nb != INT64_MAX) {
+            next_k = bf16 ? static_cast<const void*>(cache.k_block_t_bf16(layer, nb, g)) : cache.k_block_t(layer, nb, g);
+            next_v = bf16 ? static_cast<const void*>(cache.v_block_bf16(layer, nb, g)) : cache.v_block(layer, nb, g);
+          }
         }
+        // kT, v: float or uint16_t (bf16) pages; the kernels widen bf16 on load.
+        auto attend_block = [&](const auto* kT, const auto* v) {
+          for (int64_t i = 0; i < nr; ++i) {
+            if (next[i] >= row_count(i) || row_block(i, next[i]) != b) continue;
+            ++next[i];
+            const int64_t pos = run.first_pos + r0 + i;
+            const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
+            float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+            qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
+            softmax_block_update(S.data(), Hg, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
+            pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
+            next_k = next_v = nullptr;  // requested once per tile
+          }
+        };
+        if (bf16) attend_block(cache.k_block_t_bf16(layer, b, g), cache.v_block_bf16(layer, b, g));
+        else attend_block(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g));
       }
       for (int64_t i = 0; i < nr; ++i) {
         float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;

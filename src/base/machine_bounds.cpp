@@ -6,6 +6,8 @@
 #include <memory>
 #include <vector>
 
+#include <time.h>
+
 #include "kernels/cpu_features.h"
 
 namespace m3 {
@@ -17,9 +19,6 @@ float sum_floats(const float* p, size_t n);
 
 namespace {
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 __attribute__((target_clones("arch=haswell", "default")))
 float sum_floats_generic(const float* p, size_t n) {
@@ -63,7 +62,14 @@ bool use_avx512() { return cpu_active_path() == CpuPath::Avx512; }
 
 }  // namespace
 
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
+double BenchClock::now() const {
+  if (!cpu) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / threads;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const BenchClock& clock) {
   const size_t n = bytes / sizeof(float);
   std::unique_ptr<float[]> buf(new float[n]);
   // First touch from the pool, so pages are spread the way the reads will be.
@@ -72,32 +78,32 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps) {
   volatile float sink = 0.0f;
   for (int r = 0; r < reps; ++r) {
     std::vector<float> part(size_t(pool.size()), 0.0f);
-    const double t0 = now_seconds();
+    const double t0 = clock.now();
     pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
       for (int64_t w = a; w < b; ++w) {
         const size_t lo = n * size_t(w) / size_t(pool.size()), hi = n * size_t(w + 1) / size_t(pool.size());
         part[size_t(w)] = use_avx512() ? avx512::sum_floats(buf.get() + lo, hi - lo) : sum_floats_generic(buf.get() + lo, hi - lo);
       }
     });
-    const double dt = now_seconds() - t0;
+    const double dt = clock.since(t0);
     for (float x : part) sink = sink + x;
     best = std::max(best, double(bytes) / dt / 1e9);
   }
   return best;
 }
 
-double measure_fma_peak(ThreadPool& pool, int reps) {
+double measure_fma_peak(ThreadPool& pool, int reps, const BenchClock& clock) {
   const int64_t iters = 20'000'000;
   const double flops_per_iter = use_avx512() ? 12.0 * 16 * 2 : 96.0 * 2;
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int r = 0; r < reps; ++r) {
     std::vector<float> part(size_t(pool.size()), 0.0f);
-    const double t0 = now_seconds();
+    const double t0 = clock.now();
     pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
       for (int64_t w = a; w < b; ++w) part[size_t(w)] = use_avx512() ? avx512::fma_loop(iters) : fma_loop_best(iters);
     });
-    const double dt = now_seconds() - t0;
+    const double dt = clock.since(t0);
     for (float x : part) sink = sink + x;
     best = std::max(best, flops_per_iter * double(iters) * pool.size() / dt / 1e9);
   }

@@ -1,16 +1,27 @@
 #pragma once
 // The two limits every benchmark is reported against, measured in the same run as the benchmark:
 // memory read bandwidth (a streaming sum over a buffer far larger than the caches) and the fp32 FMA
-// peak (a register-only FMA loop). Both use every thread of the pool.
+// peak (a register-only FMA loop). Both use every thread of the pool. The one implementation behind
+// every `m3 bench` subcommand.
 #include <cstddef>
 
 #include "base/thread_pool.h"
 
 namespace m3 {
 
+// Wall time by default. On a machine shared with other work, cpu = true divides the process's CPU
+// time by the thread count instead: time spent descheduled is not counted (sleeping pool workers
+// use no CPU time either), which approximates what the code does on an idle machine.
+struct BenchClock {
+  bool cpu = false;
+  int threads = 1;
+  double now() const;  // seconds
+  double since(double t0) const { return now() - t0; }
+};
+
 // GB/s (1e9 bytes/s) reading `bytes` (default 1 GiB), best of `reps`.
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, int reps = 3);
-// GFLOP/s of fp32 FMA (2 flops each) on the widest vector path this CPU runs, best of `reps`.
-double measure_fma_peak(ThreadPool& pool, int reps = 3);
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, int reps = 3, const BenchClock& clock = {});
+// GFLOP/s of fp32 FMA (2 flops each) on the kernels' vector path (M3_CPU applies), best of `reps`.
+double measure_fma_peak(ThreadPool& pool, int reps = 3, const BenchClock& clock = {});
 
 }  // namespace m3

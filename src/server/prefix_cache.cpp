@@ -74,21 +74,18 @@ std::unique_ptr<KvCache> copy_cache_prefix(const KvCache& src, int64_t tokens) {
   M3_CHECK(tokens >= 0 && tokens <= src.length(), "copy_cache_prefix: ", tokens, " > ", src.length());
   auto dst = std::make_unique<KvCache>(s);
   dst->ensure_capacity(tokens);
-  const int B = s.block_size, hd = s.head_dim;
-  std::vector<float> k(static_cast<size_t>(hd)), ik(static_cast<size_t>(s.index_dim));
+  const int hd = s.head_dim;
+  std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd)), ik(static_cast<size_t>(s.index_dim));
   for (int l = 0; l < s.num_layers; ++l) {
     const bool has_index = size_t(l) < s.layer_has_index.size() && s.layer_has_index[size_t(l)];
     for (int64_t pos = 0; pos < tokens; ++pos) {
-      const int64_t block = pos / B;
-      const int slot = int(pos % B);
+      // Widened and stored again in the same dtype: exact for f32 and bf16 caches alike.
       for (int h = 0; h < s.kv_heads; ++h) {
-        const float* kt = src.k_block_t(l, block, h);  // [hd][B]
-        for (int d = 0; d < hd; ++d) k[size_t(d)] = kt[size_t(d) * B + slot];
-        dst->write_kv(l, pos, h, k.data(), src.v_block(l, block, h) + size_t(slot) * hd);
+        src.read_kv(l, pos, h, k.data(), v.data());
+        dst->write_kv(l, pos, h, k.data(), v.data());
       }
       if (has_index) {
-        const float* it = src.index_k_block_t(l, block);  // [index_dim][B]
-        for (int d = 0; d < s.index_dim; ++d) ik[size_t(d)] = it[size_t(d) * B + slot];
+        src.read_index_k(l, pos, ik.data());
         dst->write_index_k(l, pos, ik.data());
       }
     }

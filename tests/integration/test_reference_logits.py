@@ -23,6 +23,13 @@ deterministic) so that every selection margin in the reference is >= M3_REF_TIE_
 2e-5, ~5x the fp32 score error measured with the reference in float32); exact ties are covered by
 the reference selftest and the engine's unit tests instead.
 
+bf16 cache (tiny16-bf16): the same tiny checkpoint run with `m3 logits --cache-type bf16` (prefill
+and decode modes) against the reference with cache_dtype="bf16", which rounds K, V and index keys to
+bf16 the way the cache stores them. Same tolerances: the rounding is modelled, so what remains is fp32
+noise, plus rare elements whose fp32 value sits within that noise of a bf16 rounding boundary and so
+round one bf16 step apart (a ~4e-3 relative change of one element of one key, far below 2e-3 of the
+logits); the seed is picked by the bf16 reference's own selection margins.
+
 Env: M3_BIN (m3 binary), M3_SOURCE_DIR (repo root), M3_SCRATCH (private scratch dir).
 Prints a table; exits non-zero on any failure; last line "reference-logits: N passed, M failed".
 """
@@ -136,14 +143,15 @@ def choose_tokens(ref, T, V, base_seed):
     return best
 
 
-def test_model(res, table, m3, scratch, name, make_args, base_seed):
+def test_model(res, table, m3, scratch, name, make_args, base_seed, cache_type="f32",
+               mode_names=("prefill", "chunk100", "decode")):
     ckpt = os.path.join(scratch, name)
-    print(f"== {name}", flush=True)
+    print(f"== {name} (cache {cache_type})", flush=True)
     ok, out, _ = run([m3, "make-checkpoint", *make_args, "--out", ckpt], f"{name}: make-checkpoint")
     if not res.check(ok, out if not ok else f"{name}: make-checkpoint"):
         return
     try:
-        ref = R.M3Reference(ckpt)
+        ref = R.M3Reference(ckpt, cache_dtype=cache_type)
     except Exception as e:  # noqa: BLE001
         res.check(False, f"{name}: reference cannot load the checkpoint: {e}")
         return
@@ -173,6 +181,7 @@ def test_model(res, table, m3, scratch, name, make_args, base_seed):
     dec_from = decode_start(T, B)
     modes = [("prefill", []), ("chunk100", ["--chunk", "100"]),
              ("decode", ["--chunk", "64", "--decode-from", str(dec_from)])]
+    modes = [(m, extra + ["--cache-type", cache_type]) for m, extra in modes if m in mode_names]
     got = {}
     for mode, extra in modes:
         out_path = os.path.join(scratch, f"{name}_{mode}.npy")
@@ -231,10 +240,12 @@ def main():
     test_model(res, table, m3, scratch, "tiny16", ["--preset", "tiny", "--seed", "7"], base_seed=1000)
     test_model(res, table, m3, scratch, "tiny128",
                ["--preset", "tiny", "--seed", "8", "--block-size", "128", "--topk", "16"], base_seed=2000)
+    test_model(res, table, m3, scratch, "tiny16-bf16", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
+               cache_type="bf16", mode_names=("prefill", "decode"))
     print()
-    print(f"{'model':<9} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
+    print(f"{'model':<11} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
     for name, mode, mx, rel, row_rel, frac, dt in table:
-        print(f"{name:<9} {mode:<18} {mx:12.3e} {rel:10.3e} {row_rel:10.3e} {frac:8.2%} {dt:7.1f}")
+        print(f"{name:<11} {mode:<18} {mx:12.3e} {rel:10.3e} {row_rel:10.3e} {frac:8.2%} {dt:7.1f}")
     print(f"(tolerances: vs reference {REF_TOL:g} relative; between modes {MODE_TOL:g}; total {time.time() - t0:.0f} s)")
     if res.failures:
         print("failures:")

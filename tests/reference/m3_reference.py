@@ -12,10 +12,13 @@ What it computes, for a token sequence at positions 0..T-1 (full causal sequence
 GN is the Gemma RMSNorm x * (mean(x^2) + eps)^-1/2 * (1 + w). Weights are read in their stored dtype
 (BF16/F16/F32/F64) and converted exactly; all math is float64 unless dtype=np.float32 is asked for
 (used only to estimate how far an fp32 engine can be from exact math).
+cache_dtype="bf16" models a bf16 KV cache (spec §2.6, the engine's --cache-type bf16): K (after norm
+and RoPE), V and the index keys are rounded to bf16 (nearest even, via fp32 as the engine stores
+fp32 values) before attention and block selection read them; everything else stays float64.
 
 Command line:
   /usr/bin/python3 tests/reference/m3_reference.py --model DIR (--tokens 1,2,3 | --tokens-file F)
-      --out logits.npy [--selection-out sel.npz] [--dtype float64|float32]
+      --out logits.npy [--selection-out sel.npz] [--dtype float64|float32] [--cache-dtype f32|bf16]
 """
 import argparse
 import json
@@ -48,6 +51,18 @@ class CheckpointError(Exception):
 def bf16_to_float32(raw_u16):
     """bf16 bit patterns (uint16) -> float32, exactly: the bf16 bits are the top half of an fp32."""
     return (np.asarray(raw_u16, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to_bf16(x):
+    """Round to bf16 (nearest even) and back, as the engine's bf16 cache stores a value: the value is
+    first an fp32 (the engine computes K/V in fp32), then its low 16 bits are rounded away."""
+    x = np.asarray(x)
+    f = x.astype(np.float32)
+    bits = f.view(np.uint32).astype(np.uint64)
+    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16 << 16
+    out = (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
+    out = np.where(np.isnan(f), f, out)  # NaN stays NaN
+    return out.astype(x.dtype)
 
 
 def read_safetensors_header(path):
@@ -380,10 +395,17 @@ def moe_route(router_logits, bias, top_k, scaling):
 
 
 class M3Reference:
-    def __init__(self, model_dir, dtype=np.float64):
+    def __init__(self, model_dir, dtype=np.float64, cache_dtype="f32"):
+        if cache_dtype not in ("f32", "bf16"):
+            raise ValueError(f"cache_dtype must be f32 or bf16, not {cache_dtype!r}")
         self.ckpt = Checkpoint(model_dir)
         self.cfg = TextConfig(self.ckpt.config)
         self.dtype = dtype
+        self.cache_dtype = cache_dtype
+
+    def _cached(self, x):
+        """What reading x back from the KV cache gives: x itself, or x rounded to bf16."""
+        return round_to_bf16(x) if self.cache_dtype == "bf16" else x
 
     def w(self, name, shape=None):
         return self.ckpt.get(PREFIX + name, dtype=self.dtype, shape=shape)
@@ -434,7 +456,8 @@ class M3Reference:
             q = rms_norm(q, self.w(pre + "q_norm.weight", shape=(D,)), c.rms_norm_eps, c.use_gemma_norm)
             k = rms_norm(k, self.w(pre + "k_norm.weight", shape=(D,)), c.rms_norm_eps, c.use_gemma_norm)
         q = rope_neox_partial(q, pos, c.rotary_dim, c.rope_theta)
-        k = rope_neox_partial(k, pos, c.rotary_dim, c.rope_theta)
+        k = self._cached(rope_neox_partial(k, pos, c.rotary_dim, c.rope_theta))
+        v = self._cached(v)
         sel = None
         if c.is_sparse(L):
             G, Di = c.num_index_heads, c.index_dim
@@ -443,7 +466,7 @@ class M3Reference:
             iq = rms_norm(iq, self.w(pre + "index_q_norm.weight", shape=(Di,)), c.rms_norm_eps, c.use_gemma_norm)
             ik = rms_norm(ik, self.w(pre + "index_k_norm.weight", shape=(Di,)), c.rms_norm_eps, c.use_gemma_norm)
             iq = rope_neox_partial(iq, pos, c.rotary_dim, c.rope_theta)
-            ik = rope_neox_partial(ik, pos, c.rotary_dim, c.rope_theta)[:, 0, :]
+            ik = self._cached(rope_neox_partial(ik, pos, c.rotary_dim, c.rope_theta)[:, 0, :])
             sel, margin = msa_select_blocks(iq, ik, c.block_size, c.topk_blocks)
             if info is not None:
                 info["selection"][L] = sel
@@ -499,8 +522,8 @@ class M3Reference:
         return (logits, info) if want_info else logits
 
 
-def run_reference(model_dir, tokens, return_selection=False, dtype=np.float64):
-    return M3Reference(model_dir, dtype=dtype).forward(tokens, return_selection=return_selection)
+def run_reference(model_dir, tokens, return_selection=False, dtype=np.float64, cache_dtype="f32"):
+    return M3Reference(model_dir, dtype=dtype, cache_dtype=cache_dtype).forward(tokens, return_selection=return_selection)
 
 
 def read_token_file(path):
@@ -519,11 +542,13 @@ def main(argv=None):
     ap.add_argument("--selection-out", help="optional .npz: per MSA layer selected blocks [groups, T, blocks] "
                     "and selection margins")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
+    ap.add_argument("--cache-dtype", choices=["f32", "bf16"], default="f32",
+                    help="bf16: round K, V and index keys to bf16 as a bf16 KV cache stores them")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)
     tokens = [int(t) for t in a.tokens.split(",") if t.strip()] if a.tokens else read_token_file(a.tokens_file)
     t0 = time.time()
-    ref = M3Reference(a.model, dtype=np.float64 if a.dtype == "float64" else np.float32)
+    ref = M3Reference(a.model, dtype=np.float64 if a.dtype == "float64" else np.float32, cache_dtype=a.cache_dtype)
     logits, info = ref.forward(tokens, return_selection=True, verbose=a.verbose)
     np.save(a.out, logits)
     if a.selection_out:

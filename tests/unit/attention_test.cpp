@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <random>
 #include <set>
@@ -10,6 +11,7 @@
 #include "attention/attention_kernels.h"
 #include "attention/msa_attention.h"
 #include "attention/msa_select.h"
+#include "base/dtype.h"
 
 using namespace m3;
 
@@ -86,7 +88,7 @@ TEST(AttentionKernels, ScoresAndBlockMaxMatchDotProducts) {
   std::mt19937 rng(10);
   for (int dim : {16, 32, 128, 7})
     for (int n_keys : {1, 15, 16, 17, 64, 100, 128})
-      for (int nq : {1, 3, 4, 9}) {
+      for (int nq : {1, 2, 3, 4, 6, 9}) {  // tiles of 4 plus a remainder of 0-3 queries
         const int stride = 128;
         auto q = randn(rng, size_t(nq * dim));
         auto kT = randn(rng, size_t(dim * stride));
@@ -140,12 +142,90 @@ TEST(AttentionKernels, OnlineSoftmaxOverBlocksEqualsOneSoftmax) {
 
 namespace {
 
+// Random bf16 bit patterns of normal values, and their exact fp32 widening.
+void randn_bf16(std::mt19937& rng, size_t n, std::vector<uint16_t>& bits, std::vector<float>& wide) {
+  auto v = randn(rng, n);
+  bits.resize(n);
+  wide.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    bits[i] = f32_to_bf16(v[i]);
+    wide[i] = bf16_to_f32(bits[i]);
+  }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+}  // namespace
+
+// bf16 K/V (a bf16 cache) must give exactly what the same kernel gives on their fp32 widening (only
+// the load differs), which in turn matches the plain dot products.
+TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
+  std::mt19937 rng(12);
+  for (int dim : {16, 32, 128, 7})
+    for (int n_keys : {1, 15, 16, 17, 64, 100, 128})
+      for (int nq : {1, 4, 9}) {
+        const int stride = 128;
+        auto q = randn(rng, size_t(nq * dim));
+        std::vector<uint16_t> kb;
+        std::vector<float> kw;
+        randn_bf16(rng, size_t(dim * stride), kb, kw);
+        std::vector<float> S(size_t(nq * stride)), Sw(S.size()), mx(static_cast<size_t>(nq)), mxw(static_cast<size_t>(nq));
+        qk_scores(q.data(), nq, dim, kb.data(), stride, n_keys, S.data(), stride);
+        qk_scores(q.data(), nq, dim, kw.data(), stride, n_keys, Sw.data(), stride);
+        qk_block_max(q.data(), nq, dim, kb.data(), stride, n_keys, mx.data());
+        qk_block_max(q.data(), nq, dim, kw.data(), stride, n_keys, mxw.data());
+        // The prefetch hint (the next page) never changes a result.
+        std::vector<float> Sp(S.size()), mxp(mx.size());
+        qk_scores(q.data(), nq, dim, kb.data(), stride, n_keys, Sp.data(), stride, kw.data(), kw.size() * 4);
+        qk_block_max(q.data(), nq, dim, kb.data(), stride, n_keys, mxp.data(), kw.data(), kw.size() * 4);
+        EXPECT_TRUE(same_bits(mx, mxp));
+        for (int i = 0; i < nq; ++i)
+          for (int t = 0; t < n_keys; ++t) ASSERT_EQ(S[size_t(i * stride + t)], Sp[size_t(i * stride + t)]);
+        for (int i = 0; i < nq; ++i)
+          for (int t = 0; t < n_keys; ++t) {
+            ASSERT_EQ(S[size_t(i * stride + t)], Sw[size_t(i * stride + t)]) << "dim " << dim << " keys " << n_keys;
+            double s = 0;
+            for (int d = 0; d < dim; ++d) s += double(q[size_t(i * dim + d)]) * kw[size_t(d * stride + t)];
+            EXPECT_NEAR(S[size_t(i * stride + t)], s, 1e-4 * (1 + std::fabs(s)));
+          }
+        EXPECT_TRUE(same_bits(mx, mxw));
+      }
+  for (int hd : {16, 32, 48, 128, 112, 12})
+    for (int n_keys : {1, 17, 48})
+      for (int heads : {1, 2, 3, 5, 8}) {  // head tiles of 4 plus a remainder; dim tiles of 64 plus 16-48
+        const int ld = 48;
+        auto P = randn(rng, size_t(heads * ld));
+        std::vector<uint16_t> vb;
+        std::vector<float> vw;
+        randn_bf16(rng, size_t(n_keys * hd), vb, vw);
+        auto o0 = randn(rng, size_t(heads * hd));
+        std::vector<float> o = o0, ow = o0;
+        pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), hd, o.data());
+        pv_accumulate(P.data(), heads, ld, n_keys, vw.data(), hd, ow.data());
+        std::vector<float> op = o0;
+        pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), hd, op.data(), P.data(), P.size() * 4);
+        ASSERT_TRUE(same_bits(o, op));
+        ASSERT_TRUE(same_bits(o, ow)) << "hd " << hd << " keys " << n_keys;
+        for (int h = 0; h < heads; ++h)
+          for (int d = 0; d < hd; ++d) {
+            double ref = o0[size_t(h * hd + d)];
+            for (int t = 0; t < n_keys; ++t) ref += double(P[size_t(h * ld + t)]) * vw[size_t(t * hd + d)];
+            EXPECT_NEAR(o[size_t(h * hd + d)], ref, 1e-4 * (1 + std::fabs(ref))) << "hd " << hd << " heads " << heads;
+          }
+      }
+}
+
+namespace {
+
 // The whole attention of a run of rows against a naive double-precision model of spec §4:
 // token scores, block max, stable top-(k-1) + local, softmax over the selected causal keys.
 struct NaiveCase {
   int block = 16, topk = 4, q_heads = 4, kv_heads = 2, head_dim = 32, index_dim = 32;
   int64_t context = 0;  // tokens before the run
   int64_t rows = 1;
+  DType cache = DType::F32;  // BF16: the naive model reads K, V and index keys rounded to bf16
 };
 
 double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
@@ -158,6 +238,7 @@ double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
   shape.head_dim = c.head_dim;
   shape.index_dim = c.index_dim;
   shape.layer_has_index = {true};
+  shape.dtype = c.cache;
   KvCache cache(shape);
   cache.ensure_capacity(T);
   auto K = randn(rng, size_t(T * c.kv_heads * c.head_dim));
@@ -165,6 +246,11 @@ double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
   auto IK = randn(rng, size_t(T * c.index_dim));
   // Quantise index keys onto a coarse grid so that exact ties between blocks occur.
   for (float& x : IK) x = std::round(x * 2.0f) / 2.0f;
+  if (c.cache == DType::BF16) {  // what the cache will hold (index keys on the grid are exact in bf16)
+    for (float& x : K) x = round_to_bf16(x);
+    for (float& x : V) x = round_to_bf16(x);
+    for (float& x : IK) x = round_to_bf16(x);
+  }
   for (int64_t t = 0; t < T; ++t) {
     for (int g = 0; g < c.kv_heads; ++g)
       cache.write_kv(0, t, g, K.data() + (t * c.kv_heads + g) * c.head_dim, V.data() + (t * c.kv_heads + g) * c.head_dim);
@@ -278,4 +364,37 @@ TEST(MsaAttention, MatchesNaiveSpecAcrossShapes) {
   odd.context = 95;
   odd.rows = 11;
   EXPECT_LT(run_case(odd, true, 2, 8), 2e-5);
+}
+
+TEST(MsaAttention, Bf16CacheMatchesNaiveSpecOnRoundedValues) {
+  struct Shape { int64_t context, rows; };
+  const Shape shapes[] = {{0, 37}, {63, 2}, {65, 30}, {150, 57}, {300, 1}};
+  uint32_t seed = 300;
+  for (const Shape& s : shapes)
+    for (bool sparse : {true, false}) {
+      NaiveCase c;
+      c.cache = DType::BF16;
+      c.context = s.context;
+      c.rows = s.rows;
+      EXPECT_LT(run_case(c, sparse, 2, seed++), 2e-5) << "context " << s.context << " rows " << s.rows;
+    }
+  NaiveCase m3shape;
+  m3shape.cache = DType::BF16;
+  m3shape.block = 128;
+  m3shape.topk = 16;
+  m3shape.q_heads = 32;
+  m3shape.kv_heads = 2;
+  m3shape.head_dim = 128;
+  m3shape.index_dim = 128;
+  m3shape.context = 16 * 128 + 50;
+  m3shape.rows = 3;
+  EXPECT_LT(run_case(m3shape, true, 2, 9), 2e-5);
+  NaiveCase odd;  // head_dim not a multiple of 16: the plain kernels widen bf16 too
+  odd.cache = DType::BF16;
+  odd.head_dim = 24;
+  odd.index_dim = 20;
+  odd.block = 10;
+  odd.context = 95;
+  odd.rows = 11;
+  EXPECT_LT(run_case(odd, true, 2, 10), 2e-5);
 }

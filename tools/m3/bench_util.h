@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "base/machine_bounds.h"
+
 namespace m3::cli {
 
 inline double seconds_now() {
@@ -17,14 +19,15 @@ struct Timing {
   double median = 0, mean = 0, stddev = 0;
 };
 
-// Runs fn `reps` times (after `warmup` untimed runs) and summarises the wall times in seconds.
-inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn) {
+// Runs fn `reps` times (after `warmup` untimed runs) and summarises the times in seconds (wall, or
+// process CPU time / threads with a cpu clock).
+inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn, const BenchClock& clock = {}) {
   for (int i = 0; i < warmup; ++i) fn();
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    const double t0 = seconds_now();
+    const double t0 = clock.now();
     fn();
-    t.push_back(seconds_now() - t0);
+    t.push_back(clock.since(t0));
   }
   Timing r;
   std::vector<double> s = t;

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "bench_util.h"
+#include "cache_type.h"
 #include "commands.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -39,7 +40,7 @@ std::vector<long long> parse_int_list(const std::string& text, const std::string
 
 void register_bench(CLI::App& app) {
   struct Args {
-    std::string model, depths = "0,16384,65536";
+    std::string model, depths = "0,16384,65536", cache_type = "f32", clock = "wall";
     int p = 512, n = 128, reps = 3, threads = 0, chunk = 512;
     bool json = false;
   };
@@ -53,6 +54,10 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk when filling the depth")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  add_cache_type_option(cmd, a->cache_type);
+  cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}))
+      ->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON lines instead of a markdown table");
   register_bench_attention(cmd);
   register_bench_matmul(cmd);
@@ -64,13 +69,16 @@ void register_bench(CLI::App& app) {
     const std::vector<long long> depths = parse_int_list(a->depths, "--depths");
     auto engine = Engine::load(a->model, a->threads);
     TextModel& model = *engine->model;
+    const BenchClock clock{a->clock == "cpu", engine->pool->size()};
     const int V = engine->tokenizer->vocab_size();
     auto token_at = [&](long long i) { return int32_t((i * 7919 + 13) % V); };  // arbitrary but fixed text
     if (!a->json) {
-      std::printf("| model | threads | test | depth | t/s |\n|---|---|---|---|---|\n");
+      std::printf("| model | threads | cache | test | depth | t/s |\n|---|---|---|---|---|---|\n");
     }
     for (long long d : depths) {
-      KvCache cache(model.cache_shape());
+      KvCacheShape cache_shape = model.cache_shape();
+      cache_shape.dtype = cache_type_of(a->cache_type);
+      KvCache cache(cache_shape);
       std::vector<int32_t> fill(static_cast<size_t>(d)), prompt(static_cast<size_t>(a->p));
       for (long long i = 0; i < d; ++i) fill[size_t(i)] = token_at(i);
       for (int i = 0; i < a->p; ++i) prompt[size_t(i)] = token_at(d + i);
@@ -86,7 +94,7 @@ void register_bench(CLI::App& app) {
       const Timing pp = time_runs(a->reps, 0, [&] {
         cache.truncate(d);
         prefill(model, cache, prompt.data(), a->p, a->p, LogitsFor::Last, logits);
-      });
+      }, clock);
       const Timing tg = time_runs(a->reps, 0, [&] {
         cache.truncate(d);
         int32_t tok = token_at(d);
@@ -94,17 +102,17 @@ void register_bench(CLI::App& app) {
           model.forward(cache, &tok, 1, LogitsFor::Last, logits);
           tok = token_at(d + i + 1);
         }
-      });
+      }, clock);
       const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
       const double pp_sd = pp_tps * pp.stddev / pp.mean, tg_sd = tg_tps * tg.stddev / tg.mean;
       if (a->json) {
-        std::printf("{\"model\": \"%s\", \"threads\": %d, \"test\": \"pp%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
-                    a->model.c_str(), engine->pool->size(), a->p, d, pp_tps, pp_sd);
-        std::printf("{\"model\": \"%s\", \"threads\": %d, \"test\": \"tg%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
-                    a->model.c_str(), engine->pool->size(), a->n, d, tg_tps, tg_sd);
+        std::printf("{\"model\": \"%s\", \"threads\": %d, \"cache\": \"%s\", \"test\": \"pp%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
+                    a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
+        std::printf("{\"model\": \"%s\", \"threads\": %d, \"cache\": \"%s\", \"test\": \"tg%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
+                    a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
       } else {
-        std::printf("| %s | %d | pp%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->p, d, pp_tps, pp_sd);
-        std::printf("| %s | %d | tg%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->n, d, tg_tps, tg_sd);
+        std::printf("| %s | %d | %s | pp%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
+        std::printf("| %s | %d | %s | tg%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
       }
       std::fflush(stdout);
     }

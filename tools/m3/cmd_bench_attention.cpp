@@ -3,6 +3,7 @@
 // prefill pays there) and of one decode step at N, for MSA (index scoring + selection + sparse
 // attention) and dense causal attention, with their FLOPs and bytes against the machine's FMA peak
 // and read bandwidth measured in the same run.
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -11,6 +12,7 @@
 #include "base/error.h"
 #include "base/machine_bounds.h"
 #include "bench_util.h"
+#include "cache_type.h"
 #include "commands.h"
 
 namespace m3::cli {
@@ -73,6 +75,7 @@ struct Point {
 
 void register_bench_attention(CLI::App* bench) {
   struct Args {
+    std::string cache_type = "f32", clock = "wall";
     std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;
@@ -87,17 +90,22 @@ void register_bench_attention(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  add_cache_type_option(cmd, a->cache_type);
+  cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
+      ->check(CLI::IsMember({"wall", "cpu"}))
+      ->capture_default_str();
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
   cmd->callback([a] {
     ThreadPool pool(a->threads);
+    const BenchClock clock{a->clock == "cpu", pool.size()};
     const std::vector<long long> contexts = parse_int_list(a->contexts, "--contexts");
     double bw = 0, peak = 0;
     if (!a->skip_bounds) {
-      bw = measure_read_bandwidth(pool);
-      peak = measure_fma_peak(pool);
+      bw = measure_read_bandwidth(pool, size_t(1) << 30, 3, clock);
+      peak = measure_fma_peak(pool, 3, clock);
     }
-    std::printf("threads %d, attention kernels %s, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
-                pool.size(), attention_kernel_name(), bw, peak);
+    std::printf("threads %d, attention kernels %s, cache %s, %s clock, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
+                pool.size(), attention_kernel_name(), a->cache_type.c_str(), a->clock.c_str(), bw, peak);
 
     size_t start = 0;
     while (start <= a->shapes.size()) {
@@ -120,6 +128,7 @@ void register_bench_attention(CLI::App* bench) {
         cs.head_dim = s.head_dim;
         cs.index_dim = s.index_dim;
         cs.layer_has_index = {true};
+        cs.dtype = cache_type_of(a->cache_type);
         KvCache cache(cs);
         cache.ensure_capacity(N + C);
         fill_cache(pool, cache, N + C);
@@ -139,17 +148,17 @@ void register_bench_attention(CLI::App* bench) {
         run.topk = s.topk;
         BlockSelection sel;
         Point p{N, 0, 0, 0, 0, 0, false};
-        p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }).median;
-        p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }).median;
+        p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }, clock).median;
+        p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }, clock).median;
         AttentionRun dec = run;
         dec.rows = 1;
         p.msa_decode_s = time_runs(a->reps * 3, 1, [&] {
           msa_select_run(pool, cache, 0, dec, sel);
           attention_run(pool, cache, 0, dec, &sel, out.data());
-        }).median;
+        }, clock).median;
         if (N <= a->dense_max) {
-          p.dense_s = time_runs(a->reps, 0, [&] { attention_run(pool, cache, 0, run, nullptr, out.data()); }).median;
-          p.dense_decode_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, dec, nullptr, out.data()); }).median;
+          p.dense_s = time_runs(a->reps, 0, [&] { attention_run(pool, cache, 0, run, nullptr, out.data()); }, clock).median;
+          p.dense_decode_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, dec, nullptr, out.data()); }, clock).median;
         } else {
           // Dense cost per chunk and per decode step grows linearly with N: scale the largest measured point.
           const Point& m = pts.back();
@@ -163,14 +172,19 @@ void register_bench_attention(CLI::App* bench) {
         const double index_flops = 2.0 * C * G * s.index_dim * double(N);
         const double attn_flops = 4.0 * C * Hq * hd * kb;
         const double dense_flops = 4.0 * C * Hq * hd * (double(N) + C / 2.0);
-        const double decode_bytes = double(N) * s.index_dim * 4 + double(G) * kb * hd * 2 * 4;
+        const double eb = double(dtype_size(cs.dtype));  // bytes per cached element
+        const double decode_bytes = double(N) * s.index_dim * eb + double(G) * kb * hd * 2 * eb;
+        // One decode step is bandwidth-bound at depth, but at small N its arithmetic (every query
+        // head against its group's selected keys, plus the index scan) takes longer than its bytes.
+        const double decode_flops = 4.0 * Hq * hd * kb + 2.0 * G * s.index_dim * double(N);
+        const double decode_bound_s = std::max(bw > 0 ? decode_bytes / (bw * 1e9) : 0.0, peak > 0 ? decode_flops / (peak * 1e9) : 0.0);
         const char* x = p.dense_extrapolated ? "*" : "";
         std::printf("| %lld | %.1f (%.1f + %.1f) | %.1f%s | %.1fx%s | %.3f | %.3f%s | %.1fx%s | %.0f | %.0f | %.0f%s | %.1f | %.3f |\n",
                     N, 1e3 * (p.msa_index_s + p.msa_attn_s), 1e3 * p.msa_index_s, 1e3 * p.msa_attn_s, 1e3 * p.dense_s, x,
                     p.dense_s / (p.msa_index_s + p.msa_attn_s), x, 1e3 * p.msa_decode_s, 1e3 * p.dense_decode_s, x,
                     p.dense_decode_s / p.msa_decode_s, x, index_flops / p.msa_index_s / 1e9, attn_flops / p.msa_attn_s / 1e9,
                     p.dense_extrapolated ? 0.0 : dense_flops / p.dense_s / 1e9, x, decode_bytes / p.msa_decode_s / 1e9,
-                    bw > 0 ? 1e3 * decode_bytes / (bw * 1e9) : 0.0);
+                    1e3 * decode_bound_s);
         std::fflush(stdout);
       }
       std::printf("\n* dense extrapolated linearly from the largest measured depth.\n\n");

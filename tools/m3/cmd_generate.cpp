@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "base/error.h"
+#include "cache_type.h"
 #include "commands.h"
 #include "read_ids.h"
 #include "runtime/engine.h"
@@ -15,7 +16,7 @@ namespace m3::cli {
 
 void register_generate(CLI::App& app) {
   struct Args {
-    std::string model, prompt, prompt_file;
+    std::string model, prompt, prompt_file, cache_type = "f32";
     std::vector<std::string> images, videos;
     double video_fps = 1.0;
     int n = 64, threads = 0, chunk = 512;
@@ -31,6 +32,7 @@ void register_generate(CLI::App& app) {
   g->require_option(1);
   cmd->add_option("-n,--max-tokens", a->n, "Tokens to generate")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--temp", a->s.temperature, "Temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", a->s.top_k, "Top-k (0 = off)")->capture_default_str();
@@ -81,7 +83,9 @@ void register_generate(CLI::App& app) {
       if (done == total) std::fprintf(stderr, "\n");
     };
 
-    KvCache cache(engine->model->cache_shape());
+    KvCacheShape cache_shape = engine->model->cache_shape();
+    cache_shape.dtype = cache_type_of(a->cache_type);
+    KvCache cache(cache_shape);
     StreamingDecoder decoder(*engine->tokenizer);
     auto stats = generate(*engine->model, cache, prompt, opt, [&](int32_t id) {
       if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), id) != opt.stop_tokens.end()) return true;
@@ -96,10 +100,10 @@ void register_generate(CLI::App& app) {
     std::fflush(stdout);
     std::fprintf(stderr,
                  "prompt %lld tokens: prefill %.2f s, %.1f tok/s | generated %lld tokens: decode %.1f tok/s | "
-                 "threads %d | KV cache %.1f MiB%s\n",
+                 "threads %d | KV cache %.1f MiB %s%s\n",
                  (long long)stats.prompt_tokens, stats.prefill_seconds, stats.prefill_tokens_per_second(),
                  (long long)stats.generated_tokens, stats.decode_tokens_per_second(), engine->pool->size(),
-                 cache.bytes() / 1048576.0, stats.stopped_by_token ? " | stopped at end-of-turn" : "");
+                 cache.bytes() / 1048576.0, cache_type_name(cache.dtype()), stats.stopped_by_token ? " | stopped at end-of-turn" : "");
   });
 }
 

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "base/error.h"
+#include "cache_type.h"
 #include "commands.h"
 #include "io/npy.h"
 #include "read_ids.h"
@@ -22,7 +23,7 @@ void register_logits(CLI::App& app) {
     std::string model, tokens, tokens_file, text, out, vision_out, tokens_out;
     std::vector<std::string> images, videos;
     double video_fps = 1.0;
-    std::string vision_rope = "neox";
+    std::string vision_rope = "neox", cache_type = "f32";
     int chunk = 0, decode_from = -1, threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -36,6 +37,7 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--out", a->out, "Output .npy file, shape [T, vocab] float32")->required();
   cmd->add_option("--chunk", a->chunk, "Prefill chunk size (default: all tokens in one pass)")->check(CLI::PositiveNumber);
   cmd->add_option("--decode-from", a->decode_from, "Prefill the first K tokens, then decode one by one")->check(CLI::NonNegativeNumber);
+  add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_option("--image", a->images, "Image file (repeatable; needs --text, one ]<]image[>[ per image or none)");
   cmd->add_option("--video", a->videos, "Video file (repeatable; needs --text, one ]<]video[>[ per video or none)");
@@ -85,7 +87,9 @@ void register_logits(CLI::App& app) {
     const int64_t K = a->decode_from < 0 ? T : std::min<int64_t>(a->decode_from, T);
     const int chunk = a->chunk > 0 ? a->chunk : int(std::max<int64_t>(K, 1));
 
-    KvCache cache(engine->model->cache_shape());
+    KvCacheShape cache_shape = engine->model->cache_shape();
+    cache_shape.dtype = cache_type_of(a->cache_type);
+    KvCache cache(cache_shape);
     std::vector<float> all(size_t(T * V)), part;
     if (!x.empty()) {
       // Same schedule from embeddings: chunks of `chunk` rows up to K, then one row at a time.

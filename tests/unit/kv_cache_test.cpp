@@ -1,0 +1,142 @@
+// The bf16 KV cache: values are rounded to nearest even when written, read back widened, pages
+// are half the bytes of an fp32 cache, and copying a prefix (server prefix cache) keeps every bit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/dtype.h"
+#include "base/error.h"
+#include "runtime/kv_cache.h"
+#include "server/prefix_cache.h"
+
+using namespace m3;
+
+namespace {
+
+KvCacheShape shape_of(DType t) {
+  KvCacheShape s;
+  s.num_layers = 2;
+  s.block_size = 4;
+  s.kv_heads = 2;
+  s.head_dim = 3;
+  s.index_dim = 5;
+  s.layer_has_index = {false, true};
+  s.dtype = t;
+  return s;
+}
+
+float from_bits(uint32_t b) {
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
+// Fills positions [0, n) of every layer with normal values; returns them as written.
+void fill(KvCache& c, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d;
+  const KvCacheShape& s = c.shape();
+  c.ensure_capacity(n);
+  std::vector<float> k(size_t(s.head_dim)), v(size_t(s.head_dim)), ik(size_t(s.index_dim));
+  for (int l = 0; l < s.num_layers; ++l)
+    for (int64_t p = 0; p < n; ++p) {
+      for (int h = 0; h < s.kv_heads; ++h) {
+        for (auto& x : k) x = d(rng);
+        for (auto& x : v) x = d(rng);
+        c.write_kv(l, p, h, k.data(), v.data());
+      }
+      for (auto& x : ik) x = d(rng);
+      if (s.layer_has_index[size_t(l)]) c.write_index_k(l, p, ik.data());
+    }
+  c.set_length(n);
+}
+
+}  // namespace
+
+TEST(KvCacheBf16, ParsesTheCacheTypeNames) {
+  EXPECT_EQ(parse_cache_type("f32"), DType::F32);
+  EXPECT_EQ(parse_cache_type("bf16"), DType::BF16);
+  EXPECT_FALSE(parse_cache_type("f16").has_value());
+  EXPECT_STREQ(cache_type_name(DType::BF16), "bf16");
+  KvCacheShape s = shape_of(DType::F16);
+  EXPECT_THROW(KvCache{s}, Error);
+}
+
+TEST(KvCacheBf16, WritesRoundToNearestEvenInTheSameLayout) {
+  KvCache c(shape_of(DType::BF16));
+  c.ensure_capacity(9);
+  // 1 + 2^-8 is halfway between bf16 1 and 1 + 2^-7: ties to even (1). 1 + 3·2^-8 is halfway
+  // between 1 + 2^-7 and 1 + 2^-6: ties to even (1 + 2^-6). Just above a half rounds up.
+  const float k[3] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, from_bits(0x3f808001u)};
+  const float v[3] = {-2.0f, 1e-3f, 65504.0f};
+  c.write_kv(1, 6, 1, k, v);  // block 1, slot 2
+  const uint16_t* kt = c.k_block_t_bf16(1, 1, 1);
+  EXPECT_EQ(kt[0 * 4 + 2], f32_to_bf16(1.0f));  // K transposed: [dim][slot]
+  EXPECT_EQ(bf16_to_f32(kt[1 * 4 + 2]), 1.0f + 0x1p-6f);
+  EXPECT_EQ(kt[2 * 4 + 2], 0x3f81u);
+  const uint16_t* vb = c.v_block_bf16(1, 1, 1);
+  EXPECT_EQ(vb[2 * 3 + 0], f32_to_bf16(-2.0f));  // V natural: [slot][dim]
+  EXPECT_EQ(vb[2 * 3 + 1], f32_to_bf16(1e-3f));
+  float rk[3], rv[3];
+  c.read_kv(1, 6, 1, rk, rv);
+  for (int d = 0; d < 3; ++d) {
+    EXPECT_EQ(rk[d], round_to_bf16(k[d]));
+    EXPECT_EQ(rv[d], round_to_bf16(v[d]));
+  }
+  const float ik[5] = {0, 0, 0, 0, 3.14159f};
+  c.write_index_k(1, 5, ik);  // block 1, slot 1
+  EXPECT_EQ(bf16_to_f32(c.index_k_block_t_bf16(1, 1)[4 * 4 + 1]), round_to_bf16(3.14159f));
+  // The fp32 views are for fp32 caches only.
+  EXPECT_THROW(c.k_block_t(1, 1, 1), Error);
+  EXPECT_THROW(c.index_k_block_t(1, 1), Error);
+}
+
+TEST(KvCacheBf16, Fp32CacheStoresExactlyAndBf16HalvesTheBytes) {
+  KvCache f(shape_of(DType::F32)), b(shape_of(DType::BF16));
+  fill(f, 9, 3);
+  fill(b, 9, 3);  // same values
+  EXPECT_EQ(f.num_pages(), b.num_pages());
+  EXPECT_EQ(f.bytes(), 2 * b.bytes());
+  float fk[3], fv[3], bk[3], bv[3], fi[5], bi[5];
+  for (int64_t p = 0; p < 9; ++p)
+    for (int h = 0; h < 2; ++h) {
+      f.read_kv(0, p, h, fk, fv);
+      b.read_kv(0, p, h, bk, bv);
+      for (int d = 0; d < 3; ++d) {
+        EXPECT_EQ(bk[d], round_to_bf16(fk[d]));
+        EXPECT_EQ(bv[d], round_to_bf16(fv[d]));
+        EXPECT_EQ(fk[d], f.k_block_t(0, p / 4, h)[d * 4 + p % 4]);
+      }
+      f.read_index_k(1, p, fi);
+      b.read_index_k(1, p, bi);
+      for (int d = 0; d < 5; ++d) EXPECT_EQ(bi[d], round_to_bf16(fi[d]));
+    }
+  EXPECT_THROW(f.v_block_bf16(0, 0, 0), Error);
+}
+
+TEST(KvCacheBf16, CopiedPrefixKeepsEveryBit) {
+  for (DType t : {DType::F32, DType::BF16}) {
+    KvCache src(shape_of(t));
+    fill(src, 11, 5);
+    auto dst = server::copy_cache_prefix(src, 6);
+    ASSERT_EQ(dst->dtype(), t);
+    ASSERT_EQ(dst->length(), 6);
+    float a[5], b[5], c[5], d[5];
+    for (int l = 0; l < 2; ++l)
+      for (int64_t p = 0; p < 6; ++p) {
+        for (int h = 0; h < 2; ++h) {
+          src.read_kv(l, p, h, a, b);
+          dst->read_kv(l, p, h, c, d);
+          EXPECT_EQ(std::memcmp(a, c, 3 * sizeof(float)), 0);
+          EXPECT_EQ(std::memcmp(b, d, 3 * sizeof(float)), 0);
+        }
+        if (l == 1) {
+          src.read_index_k(l, p, a);
+          dst->read_index_k(l, p, c);
+          EXPECT_EQ(std::memcmp(a, c, 5 * sizeof(float)), 0);
+        }
+      }
+  }
+}

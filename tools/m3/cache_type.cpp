@@ -1,0 +1,20 @@
+#include "cache_type.h"
+
+#include "base/error.h"
+#include "runtime/kv_cache.h"
+
+namespace m3::cli {
+
+CLI::Option* add_cache_type_option(CLI::App* cmd, std::string& value) {
+  return cmd->add_option("--cache-type", value, "KV and index-K cache type: f32, or bf16 (half the memory and bandwidth)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
+
+DType cache_type_of(const std::string& value) {
+  const auto t = parse_cache_type(value);
+  M3_CHECK(t.has_value(), "--cache-type: expected f32 or bf16, got '", value, "'");
+  return *t;
+}
+
+}  // namespace m3::cli
