@@ -77,7 +77,9 @@ class Server {
     if (engine_->config.vision.has_value())
       tower_ = std::make_unique<vision::VisionTower>(engine_->config, engine_->store, *engine_->pool);
     media_.allowed_local_dir = o.allowed_local_media_path;
-    cache_ = std::make_unique<PrefixCache>(engine_->model->cache_shape(), o.cache_mb << 20);
+    KvCacheShape shape = engine_->model->cache_shape();
+    shape.dtype = o.cache_type;
+    cache_ = std::make_unique<PrefixCache>(shape, o.cache_mb << 20);
     M3_CHECK(o.parallel >= 1, "--parallel must be >= 1, got ", o.parallel);
     SchedulerOptions so;
     so.parallel = o.parallel;
@@ -165,8 +167,9 @@ class Server {
     } else {
       M3_CHECK(http.bind_to_port(opt_.host, port), "cannot bind ", opt_.host, ":", port, " (in use, or not an address of this machine)");
     }
-    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, prefix cache %llu MiB\n",
-                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->pool->size(), (unsigned long long)opt_.cache_mb);
+    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, %s KV cache, prefix cache %llu MiB\n",
+                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->pool->size(),
+                 std::string(dtype_name(opt_.cache_type)).c_str(), (unsigned long long)opt_.cache_mb);
     std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), port);
     std::fflush(stderr);
     M3_CHECK(http.listen_after_bind(), "the HTTP server stopped unexpectedly");

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/dtype.h"
+
 namespace m3::server {
 
 struct ServerOptions {
@@ -15,6 +17,7 @@ struct ServerOptions {
   std::string api_key;           // when set, every path but /health needs "Authorization: Bearer KEY"
   int threads = 0;               // engine threads; 0: all cores
   size_t max_body_bytes = 8u << 20;
+  DType cache_type = DType::F32;  // K, V and index-K element type of every sequence (--cache-type)
   uint64_t cache_mb = 2048;      // prefix cache budget (KV pages kept between requests); 0: off
   int prefill_chunk = 512;
   int http_threads = 32;

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
 """A multi-turn agent loop against `m3 serve`: KV reuse across turns is real and exact.
+Both servers keep their caches in bf16 (--cache-type bf16), the spec's reference dtype.
 
 Three turns of an agent session (system prompt, tools, the model's own replies and tool calls fed
 back, tool results, a follow-up question) go to a warm server (prefix cache on, --parallel 2) and
@@ -36,8 +37,8 @@ tools = [{"type": "function", "function": {
     "name": "read_file", "description": "Read a file of the project",
     "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}}]
 
-warm_proc, warm = server_client.start_server(M3, model, ["-t", "2", "--parallel", "2"], os.path.join(SCRATCH, "warm.log"))
-cold_proc, cold = server_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0"], os.path.join(SCRATCH, "cold.log"))
+warm_proc, warm = server_client.start_server(M3, model, ["-t", "2", "--parallel", "2", "--cache-type", "bf16"], os.path.join(SCRATCH, "warm.log"))
+cold_proc, cold = server_client.start_server(M3, model, ["-t", "2", "--cache-mb", "0", "--cache-type", "bf16"], os.path.join(SCRATCH, "cold.log"))
 try:
     messages = [{"role": "system", "content": "You are a coding agent. Use the tools."},
                 {"role": "user", "content": "What does src/main.cpp do?"}]

@@ -17,11 +17,17 @@ namespace {
 // then holds every chunk done so far, consistently.
 struct PrefillInterrupted {};
 
+KvCacheShape cache_shape_of(const Engine& engine, DType type) {
+  KvCacheShape shape = engine.model->cache_shape();
+  shape.dtype = type;
+  return shape;
+}
+
 }  // namespace
 
 ChatSession::ChatSession(Engine& engine, ChatSessionOptions options)
     : engine_(engine), opt_(std::move(options)), messages_(chat::Json::array()),
-      cache_(engine.model->cache_shape()) {
+      cache_(cache_shape_of(engine, opt_.cache_type)) {
   clear();
 }
 

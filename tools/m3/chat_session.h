@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "base/dtype.h"
 #include "chat/chat_delta.h"
 #include "chat/thinking_budget.h"
 #include "runtime/engine.h"
@@ -28,6 +29,7 @@ struct ChatSessionOptions {
   int prefill_chunk = 512;
   bool stop_at_eos = true;
   bool reuse_kv = true;  // false: every turn starts from an empty cache (for comparisons)
+  DType cache_type = DType::F32;  // K, V and index-K element type (--cache-type)
   SamplingParams sampling;
 };
 

@@ -12,6 +12,7 @@
 #include "base/error.h"
 #include "chat/chat_template.h"
 #include "chat/thinking_budget.h"
+#include "cache_type.h"
 #include "chat_session.h"
 #include "commands.h"
 #include "read_ids.h"
@@ -144,7 +145,7 @@ bool read_message(std::string& msg) {
 
 void register_chat(CLI::App& app) {
   struct Args {
-    std::string model, system, effort, tools, color = "auto";
+    std::string model, system, effort, tools, color = "auto", cache_type = "f32";
     std::vector<std::string> images;
     int threads = 0, chunk = 512, max_tokens = 2048;
     bool stats_json = false, ignore_eos = false, no_reuse = false;
@@ -164,6 +165,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(CLI::NonNegativeNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
+  add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("--temp", a->s.temperature, "Temperature (0 = greedy)")->capture_default_str();
   cmd->add_option("--top-k", a->s.top_k, "Top-k (0 = off)")->capture_default_str();
   cmd->add_option("--top-p", a->s.top_p, "Top-p (1 = off)")->capture_default_str();
@@ -181,6 +183,7 @@ void register_chat(CLI::App& app) {
     a->s.validate();
     ChatSessionOptions o;
     o.system = a->system;
+    o.cache_type = cache_type_of(a->cache_type);
     if (!a->tools.empty()) {
       try {
         o.tools = chat::Json::parse(read_text_file(a->tools));

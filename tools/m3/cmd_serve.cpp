@@ -1,5 +1,6 @@
 // m3 serve: an OpenAI-compatible HTTP server (docs/SERVER.md).
 #include "base/error.h"
+#include "cache_type.h"
 #include "commands.h"
 #include "server/http_server.h"
 
@@ -28,7 +29,12 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--allowed-local-media-path", o->allowed_local_media_path,
                   "Image parts may name local files under this folder (default: only data: URLs)");
   cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->callback([o] { server::run_server(*o); });
+  auto cache_type = std::make_shared<std::string>("f32");
+  add_cache_type_option(cmd, *cache_type);
+  cmd->callback([o, cache_type] {
+    o->cache_type = cache_type_of(*cache_type);
+    server::run_server(*o);
+  });
 }
 
 }  // namespace m3::cli
