@@ -1,8 +1,40 @@
 #include "base/thread_pool.h"
 
 #include <algorithm>
+#include <chrono>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 namespace m3 {
+
+namespace {
+
+// How long an idle thread polls before it sleeps. Long enough to bridge the serial stretches
+// between the parallel loops of one forward pass, short enough not to hold a core between requests.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Polls until done() or the spin time is over; true if done.
+template <class Done>
+bool spin_until(Done done) {
+  const auto until = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 1;; ++i) {
+    if (done()) return true;
+    cpu_relax();
+    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+  }
+}
+
+}  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
@@ -32,16 +64,23 @@ void ThreadPool::run_range(int part) {
 void ThreadPool::worker_loop(int index) {
   uint64_t seen = 0;
   for (;;) {
-    {
+    auto ready = [&] { return stop_.load(std::memory_order_acquire) || generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(ready)) {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
+      ++sleepers_;
+      wake_.wait(lock, ready);
+      --sleepers_;
+    }
+    if (stop_.load(std::memory_order_acquire)) return;
+    {
+      // The job's fields were written under mu_ before the bump; taking it orders our reads.
+      std::lock_guard<std::mutex> lock(mu_);
+      seen = generation_.load(std::memory_order_relaxed);
     }
     if (index < parts_) run_range(index);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) done_.notify_one();
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);  // the caller may be about to sleep on done_
+      done_.notify_one();
     }
   }
 }
@@ -55,21 +94,27 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     return;
   }
   std::lock_guard<std::mutex> job_lock(job_mu_);
+  bool wake_sleepers;
   {
     std::lock_guard<std::mutex> lock(mu_);
     fn_ = &fn;
     n_ = n;
     parts_ = parts;
     error_ = nullptr;
-    pending_ = int(workers_.size());
-    ++generation_;
+    pending_.store(int(workers_.size()), std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);
+    wake_sleepers = sleepers_ > 0;
   }
-  wake_.notify_all();
+  if (wake_sleepers) wake_.notify_all();
   run_range(0);
+  auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!spin_until(finished)) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, finished);
+  }
   std::exception_ptr error;
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    done_.wait(lock, [&] { return pending_ == 0; });
+    std::lock_guard<std::mutex> lock(mu_);
     error = error_;
     fn_ = nullptr;
   }

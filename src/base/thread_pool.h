@@ -2,6 +2,12 @@
 // The one thread pool of the process. Work is split into contiguous ranges so results do not
 // depend on scheduling: for a fixed thread count every range is computed by the same code in the
 // same order, which keeps outputs bit-identical between runs.
+//
+// A decode step is hundreds of parallel_for calls of a few microseconds each, so handing work to a
+// sleeping thread (a futex wake: tens of microseconds on a VM) would cost more than the work. Idle
+// workers therefore spin on the job counter for a short while before they block, and the caller
+// spins while it waits for the last range; both fall back to sleeping on a condition variable.
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -31,10 +37,11 @@ class ThreadPool {
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  // The job being run.
+  std::atomic<uint64_t> generation_{0};  // bumped (under mu_) for every job
+  std::atomic<int> pending_{0};          // workers that have not finished the current job
+  std::atomic<bool> stop_{false};
+  int sleepers_ = 0;                     // workers blocked on wake_ (under mu_)
+  // The job being run: written under mu_ before generation_ is bumped.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int parts_ = 0;
