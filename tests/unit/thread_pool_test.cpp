@@ -1,0 +1,83 @@
+// The thread pool: every index is visited exactly once in contiguous ranges, across thousands of
+// back-to-back jobs (the spinning hand-off), after the workers fell asleep (the blocking hand-off),
+// from several calling threads at once, and with exceptions.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "base/thread_pool.h"
+
+namespace {
+
+// Runs one job over n indices; true when each index was visited exactly once.
+bool covers_once(m3::ThreadPool& pool, int64_t n, int64_t grain = 1) {
+  std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+  pool.parallel_for(n, [&](int64_t b, int64_t e) {
+    EXPECT_LT(b, e);
+    for (int64_t i = b; i < e; ++i) hits[size_t(i)].fetch_add(1);
+  }, grain);
+  for (auto& h : hits)
+    if (h.load() != 1) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST(ThreadPool, EveryIndexOnceOverManyBackToBackJobs) {
+  for (int threads : {1, 2, 3, 5}) {
+    m3::ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int job = 0; job < 3000; ++job) ASSERT_TRUE(covers_once(pool, 1 + job % 37)) << threads << " threads, job " << job;
+    EXPECT_TRUE(covers_once(pool, 100000, 1000));
+  }
+}
+
+TEST(ThreadPool, WakesWorkersThatFellAsleep) {
+  m3::ThreadPool pool(3);
+  for (int round = 0; round < 3; ++round) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // far past the spin time
+    std::atomic<int> parts{0};
+    pool.parallel_for(3, [&](int64_t, int64_t) { parts.fetch_add(1); });
+    EXPECT_EQ(parts.load(), 3);
+  }
+}
+
+TEST(ThreadPool, RangesAreTheSameForEveryRun) {
+  m3::ThreadPool pool(3);
+  auto ranges = [&] {
+    std::vector<int64_t> begin_of(10, -1);
+    pool.parallel_for(10, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) begin_of[size_t(i)] = b;
+    });
+    return begin_of;
+  };
+  const auto first = ranges();
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(ranges(), first);
+}
+
+TEST(ThreadPool, ConcurrentCallersEachGetTheirWholeJob) {
+  m3::ThreadPool pool(2);
+  std::atomic<int> failures{0};
+  std::vector<std::thread> callers;
+  for (int c = 0; c < 3; ++c)
+    callers.emplace_back([&] {
+      for (int job = 0; job < 500; ++job)
+        if (!covers_once(pool, 17)) failures.fetch_add(1);
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(ThreadPool, ExceptionsReachTheCallerAndThePoolKeepsWorking) {
+  m3::ThreadPool pool(3);
+  for (int i = 0; i < 50; ++i) {
+    EXPECT_THROW(pool.parallel_for(6, [&](int64_t b, int64_t) {
+      if (b >= 4) throw std::runtime_error("last range");
+    }), std::runtime_error);
+    EXPECT_TRUE(covers_once(pool, 9));
+  }
+}
