@@ -28,6 +28,9 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompt-words", type=int, default=150)
     ap.add_argument("-t", "--threads", type=int, default=0)
+    ap.add_argument("--cache-mb", type=int, default=0,
+                    help="prefix cache of the server (0: off, every prompt prefilled whole; the shared system "
+                         "prompt is then reused when on)")
     args = ap.parse_args()
 
     words = "alpha beta gamma delta river stone cloud maple ember quartz harbor lantern".split()
@@ -39,13 +42,13 @@ def main():
 
     bodies = [[body(i, j) for j in range(args.requests)] for i in range(args.clients)]
     print(f"workload: {args.clients} streaming clients x {args.requests} requests, prompt ~{args.prompt_words} words, "
-          f"{args.max_tokens} generated tokens each, greedy; model {args.model}")
+          f"{args.max_tokens} generated tokens each, greedy; prefix cache {args.cache_mb} MiB; model {args.model}")
     print()
     print("| --parallel | requests/s | TTFT mean ms | TTFT p90 ms | generated tok/s (all streams) | decode tok/s per stream | mean sequences per step |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for par in [int(p) for p in args.parallel.split(",")]:
-            extra = ["--parallel", str(par), "--cache-mb", "0"]
+            extra = ["--parallel", str(par), "--cache-mb", str(args.cache_mb)]
             if args.threads:
                 extra += ["-t", str(args.threads)]
             proc, port = server_client.start_server(args.m3, args.model, extra, os.path.join(tmp, f"p{par}.log"))

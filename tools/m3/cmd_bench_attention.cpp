@@ -179,12 +179,14 @@ void register_bench_attention(CLI::App* bench) {
         const double decode_flops = 4.0 * Hq * hd * kb + 2.0 * G * s.index_dim * double(N);
         const double decode_bound_s = std::max(bw > 0 ? decode_bytes / (bw * 1e9) : 0.0, peak > 0 ? decode_flops / (peak * 1e9) : 0.0);
         const char* x = p.dense_extrapolated ? "*" : "";
-        std::printf("| %lld | %.1f (%.1f + %.1f) | %.1f%s | %.1fx%s | %.3f | %.3f%s | %.1fx%s | %.0f | %.0f | %.0f%s | %.1f | %.3f |\n",
+        // An extrapolated dense time says nothing about the kernel's rate: no GFLOP/s for it.
+        char dense_rate[32] = "–";
+        if (!p.dense_extrapolated) std::snprintf(dense_rate, sizeof dense_rate, "%.0f", dense_flops / p.dense_s / 1e9);
+        std::printf("| %lld | %.1f (%.1f + %.1f) | %.1f%s | %.1fx%s | %.3f | %.3f%s | %.1fx%s | %.0f | %.0f | %s | %.1f | %.3f |\n",
                     N, 1e3 * (p.msa_index_s + p.msa_attn_s), 1e3 * p.msa_index_s, 1e3 * p.msa_attn_s, 1e3 * p.dense_s, x,
                     p.dense_s / (p.msa_index_s + p.msa_attn_s), x, 1e3 * p.msa_decode_s, 1e3 * p.dense_decode_s, x,
                     p.dense_decode_s / p.msa_decode_s, x, index_flops / p.msa_index_s / 1e9, attn_flops / p.msa_attn_s / 1e9,
-                    p.dense_extrapolated ? 0.0 : dense_flops / p.dense_s / 1e9, x, decode_bytes / p.msa_decode_s / 1e9,
-                    1e3 * decode_bound_s);
+                    dense_rate, decode_bytes / p.msa_decode_s / 1e9, 1e3 * decode_bound_s);
         std::fflush(stdout);
       }
       std::printf("\n* dense extrapolated linearly from the largest measured depth.\n\n");
