@@ -40,4 +40,18 @@ done
   echo "$m3 bench vision -r 3 --video-seconds 20"
   echo '```'
   $m3 bench vision -r 3 --video-seconds 20
+  echo
+  echo '## Serving'
+  echo
+  for d in 0 4096; do
+    echo '```'
+    echo "$m3 bench batch -m models/small -B 1,2,4,8 -d $d"
+    echo '```'
+    $m3 bench batch -m models/small -B 1,2,4,8 -d "$d"
+    echo
+  done
+  echo '```'
+  echo "/usr/bin/python3 scripts/bench_serve.py --m3 $m3 -m models/small --clients 4 --requests 4 --max-tokens 128 --prompt-words 40 --cache-mb 1024"
+  echo '```'
+  /usr/bin/python3 scripts/bench_serve.py --m3 "$m3" -m models/small --clients 4 --requests 4 --max-tokens 128 --prompt-words 40 --cache-mb 1024
 } | tee "$out"
