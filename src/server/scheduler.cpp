@@ -76,13 +76,18 @@ void Scheduler::admit(std::deque<std::unique_ptr<Generation>>& arrivals) {
       continue;
     }
     Sequence s;
-    const std::vector<int32_t>& prompt = gen->job().prompt;
-    auto lease = cache_.acquire(gen->job().cache_tokens());
-    s.cache = std::move(lease.cache);
-    s.pending.assign(prompt.begin() + lease.reused, prompt.end());
-    if (!gen->job().embeddings.empty())
-      s.prompt_rows = gen->job().embeddings.data() + lease.reused * engine_.config.text.hidden_size;
-    gen->start(lease.reused);
+    try {
+      const std::vector<int32_t>& prompt = gen->job().prompt;
+      auto lease = cache_.acquire(gen->job().cache_tokens());
+      s.cache = std::move(lease.cache);
+      s.pending.assign(prompt.begin() + lease.reused, prompt.end());
+      if (!gen->job().embeddings.empty())
+        s.prompt_rows = gen->job().embeddings.data() + lease.reused * engine_.config.text.hidden_size;
+      gen->start(lease.reused);
+    } catch (const std::exception& e) {  // e.g. no memory for the cache: this request fails, the server goes on
+      gen->fail(e.what());
+      continue;
+    }
     s.gen = std::move(gen);
     running_.push_back(std::move(s));
   }
@@ -135,7 +140,16 @@ void Scheduler::run_step() {
     Sequence& s = running_[owner[k]];
     s.fed += size_t(inputs[k].n);
     if (inputs[k].which != LogitsFor::Last) continue;
-    if (!s.gen->step(s.logits.data(), s.pending)) {
+    bool more = false;
+    try {
+      more = s.gen->step(s.logits.data(), s.pending);
+    } catch (const std::exception& e) {  // sampling or output handling failed: only this sequence ends
+      s.gen->fail(e.what());
+      s.cache.reset();
+      s.done = true;
+      continue;
+    }
+    if (!more) {
       s.done = true;
     } else {
       s.fed = 0;
