@@ -34,6 +34,13 @@ done
       echo
     done
   done
+  echo '## Weight matmul vs OpenBLAS and oneDNN'
+  echo
+  echo '```'
+  echo "$m3 bench libs -m 1,16,512 -s 4096x4096"
+  echo '```'
+  $m3 bench libs -m 1,16,512 -s 4096x4096
+  echo
   echo '## Vision'
   echo
   echo '```'
