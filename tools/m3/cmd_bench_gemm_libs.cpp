@@ -34,11 +34,8 @@ namespace m3::cli {
 
 void register_bench_gemm_libs(CLI::App* bench);
 
+#if defined(M3_HAVE_OPENBLAS) || defined(M3_HAVE_DNNL)
 namespace {
-
-struct Result {
-  double seconds = 0, max_rel_err = 0;
-};
 
 // Largest |y - exact| / max |exact| over every output, exact = float64 x·Wᵀ.
 double max_relative_error(const std::vector<float>& x, const std::vector<uint16_t>& w, int64_t M, int64_t N,
@@ -69,6 +66,7 @@ double median_seconds(int reps, const std::function<void()>& fn) {
 }
 
 }  // namespace
+#endif
 
 void register_bench_gemm_libs(CLI::App* bench) {
   struct Args {
