@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "base/error.h"
+#include "vision/av_error.h"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -16,12 +17,6 @@ extern "C" {
 
 namespace m3::vision {
 namespace {
-
-std::string av_message(int err) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(err, buf, sizeof(buf));
-  return buf;
-}
 
 // FFmpeg logs to stderr by default; our errors say what went wrong in one line instead.
 void quiet_ffmpeg_logs() {

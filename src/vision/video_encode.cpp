@@ -1,6 +1,7 @@
 #include "vision/video_encode.h"
 
 #include "base/error.h"
+#include "vision/av_error.h"
 
 extern "C" {
 #include <libavcodec/avcodec.h>
@@ -12,12 +13,6 @@ extern "C" {
 
 namespace m3::vision {
 namespace {
-
-std::string av_message(int err) {
-  char buf[AV_ERROR_MAX_STRING_SIZE] = {};
-  av_strerror(err, buf, sizeof(buf));
-  return buf;
-}
 
 // Owns everything one encode allocates; freed in reverse order whatever happens.
 struct Writer {

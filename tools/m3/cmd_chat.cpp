@@ -15,6 +15,7 @@
 #include "cache_type.h"
 #include "chat_session.h"
 #include "commands.h"
+#include "sampling_options.h"
 #include "read_ids.h"
 
 namespace m3::cli {
@@ -166,12 +167,7 @@ void register_chat(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
   add_cache_type_option(cmd, a->cache_type);
-  cmd->add_option("--temp", a->s.temperature, "Temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", a->s.top_k, "Top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", a->s.top_p, "Top-p (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", a->s.min_p, "Min-p (0 = off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", a->s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", a->s.seed, "Sampling seed")->capture_default_str();
+  add_sampling_options(cmd, a->s);
   cmd->add_option("--image", a->images, "Image for the first message (repeatable; see also /image)");
   cmd->add_option("--color", a->color, "Dim reasoning with ANSI colors: auto (when stdout is a terminal) | always | never")
       ->capture_default_str()

@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "cache_type.h"
 #include "commands.h"
+#include "sampling_options.h"
 #include "read_ids.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -34,12 +35,7 @@ void register_generate(CLI::App& app) {
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--temp", a->s.temperature, "Temperature (0 = greedy)")->capture_default_str();
-  cmd->add_option("--top-k", a->s.top_k, "Top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", a->s.top_p, "Top-p (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", a->s.min_p, "Min-p (0 = off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", a->s.repetition_penalty, "Repetition penalty (1 = off)")->capture_default_str();
-  cmd->add_option("--seed", a->s.seed, "Sampling seed")->capture_default_str();
+  add_sampling_options(cmd, a->s);
   cmd->add_option("--image", a->images, "Image file (repeatable; one ]<]image[>[ in the prompt per image, or none: after the text)");
   cmd->add_option("--video", a->videos, "Video file (repeatable; one ]<]video[>[ in the prompt per video, or none: after the text)");
   cmd->add_option("--video-fps", a->video_fps, "Frames sampled per second of video")->capture_default_str()->check(CLI::PositiveNumber);
