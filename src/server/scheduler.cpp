@@ -129,7 +129,7 @@ void Scheduler::run_step() {
     // Their caches' contents are unknown: the sequences end with an error and the caches are dropped.
     for (size_t i : owner) {
       Sequence& s = running_[i];
-      s.gen->fail(e.what());
+      s.error = e.what();
       s.cache.reset();
       s.done = true;
     }
@@ -144,7 +144,7 @@ void Scheduler::run_step() {
     try {
       more = s.gen->step(s.logits.data(), s.pending);
     } catch (const std::exception& e) {  // sampling or output handling failed: only this sequence ends
-      s.gen->fail(e.what());
+      s.error = e.what();
       s.cache.reset();
       s.done = true;
       continue;
@@ -160,19 +160,29 @@ void Scheduler::run_step() {
 }
 
 void Scheduler::retire() {
+  // Finished sequences leave running_ and the gauges first, then their answers end: a client that has
+  // its whole answer never sees itself counted as running in /metrics.
+  std::vector<Sequence> finished;
   for (Sequence& s : running_) {
     if (!s.done && s.gen->cancelled()) s.cancelled = s.done = true;
-    if (!s.done) continue;
-    if (s.cache) {
-      // A sequence cancelled during its prefill holds only part of the prompt.
-      std::vector<int32_t> held = s.gen->cached_tokens();
-      held.resize(std::min(held.size(), size_t(s.cache->length())));
-      cache_.release(std::move(s.cache), std::move(held));
-      metrics_.set_prefix_cache(int64_t(cache_.entries()), cache_.bytes());
-      s.gen->complete(metrics_, s.cancelled);
-    }
+    if (s.done) finished.push_back(std::move(s));
   }
+  if (finished.empty()) return;
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Sequence& s) { return s.done; }), running_.end());
+  for (Sequence& s : finished) {
+    if (!s.cache) continue;
+    // A sequence cancelled during its prefill holds only part of the prompt.
+    std::vector<int32_t> held = s.gen->cached_tokens();
+    held.resize(std::min(held.size(), size_t(s.cache->length())));
+    cache_.release(std::move(s.cache), std::move(held));
+  }
+  metrics_.set_prefix_cache(int64_t(cache_.entries()), cache_.bytes());
+  running_count_ = int64_t(running_.size());
+  publish_queue();
+  for (Sequence& s : finished) {
+    if (!s.error.empty()) s.gen->fail(s.error);
+    else s.gen->complete(metrics_, s.cancelled);
+  }
 }
 
 }  // namespace m3::server

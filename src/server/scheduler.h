@@ -45,6 +45,7 @@ class Scheduler {
     const float* prompt_rows = nullptr;  // input rows of pending[0] while the prompt has images
     std::vector<float> logits;
     bool done = false, cancelled = false;
+    std::string error;  // set when the sequence failed; its answer is sent by retire()
   };
 
   void loop();
