@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "attention/attention_kernels.h"
 #include "attention/msa_select.h"
@@ -68,71 +69,161 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
   }, 8);
 }
 
+namespace {
+
+// Online softmax of one row's Hg query heads (q pre-scaled) over entries [j0, j1) of its block list:
+// leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim).
+void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, const float* q, int Hg, int hd,
+                       const std::function<int32_t(int32_t)>& block_of, int32_t j0, int32_t j1, float* m, float* l,
+                       float* o, float* S) {
+  const int B = cache.shape().block_size;
+  const bool bf16 = cache.dtype() == DType::BF16;
+  const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
+  std::fill(m, m + Hg, -INFINITY);
+  std::fill(l, l + Hg, 0.0f);
+  std::fill(o, o + size_t(Hg) * hd, 0.0f);
+  for (int32_t j = j0; j < j1; ++j) {
+    const int64_t b = block_of(j);
+    const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
+    const bool more = j + 1 < j1;  // the next page is requested into L2 while this one is computed
+    auto attend = [&](const auto* kT, const auto* v, const void* next_k, const void* next_v) {
+      qk_scores(q, Hg, hd, kT, B, n_keys, S, B, next_k, next_k ? page : 0);
+      softmax_block_update(S, Hg, B, n_keys, m, l, o, hd);
+      pv_accumulate(S, Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
+    };
+    const int64_t nb = more ? block_of(j + 1) : 0;
+    if (bf16)
+      attend(cache.k_block_t_bf16(layer, b, g), cache.v_block_bf16(layer, b, g),
+             more ? cache.k_block_t_bf16(layer, nb, g) : nullptr, more ? cache.v_block_bf16(layer, nb, g) : nullptr);
+    else
+      attend(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), more ? cache.k_block_t(layer, nb, g) : nullptr,
+             more ? cache.v_block(layer, nb, g) : nullptr);
+  }
+}
+
+// One row (a decode step) with fewer KV groups than threads: each group's block list is cut into
+// `parts` contiguous ranges computed in parallel, and the partial softmaxes are merged by their
+// log-sum-exp (flash-decoding), in range order, so a fixed thread count gives fixed bits. The
+// rounding differs from the unsplit path (one running softmax over all blocks) by float error.
+void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run,
+                         const BlockSelection* sel, int parts, float* out) {
+  const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
+  const int B = cache.shape().block_size;
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const int64_t pos = run.first_pos;
+  auto count = [&](int g) { return sel ? sel->count[size_t(g)] : int32_t(pos / B + 1); };
+  std::vector<float> pm(size_t(G) * parts * Hg), pl(pm.size()), po(pm.size() * size_t(hd));
+  std::vector<int32_t> used(size_t(G) * parts, 0);  // 0: the range was empty (more parts than blocks)
+
+  pool.parallel_for(int64_t(G) * parts, [&](int64_t t0, int64_t t1) {
+    std::vector<float> q(size_t(Hg) * hd), S(size_t(Hg) * B);
+    for (int64_t task = t0; task < t1; ++task) {
+      const int g = int(task / parts), part = int(task % parts);
+      const int32_t c = count(g);
+      const int32_t j0 = int32_t(int64_t(c) * part / parts), j1 = int32_t(int64_t(c) * (part + 1) / parts);
+      if (j0 == j1) continue;
+      used[size_t(task)] = 1;
+      const float* qg = run.q + int64_t(g) * Hg * hd;
+      for (size_t e = 0; e < q.size(); ++e) q[e] = qg[e] * scale;
+      auto block_of = [&](int32_t j) { return sel ? sel->blocks[size_t(g) * sel->topk + size_t(j)] : j; };
+      attend_row_blocks(cache, layer, g, pos, q.data(), Hg, hd, block_of, j0, j1, pm.data() + task * Hg,
+                        pl.data() + task * Hg, po.data() + task * Hg * hd, S.data());
+    }
+  });
+
+  for (int g = 0; g < G; ++g)
+    for (int h = 0; h < Hg; ++h) {
+      float mx = -INFINITY;
+      for (int part = 0; part < parts; ++part)
+        if (used[size_t(g * parts + part)]) mx = std::max(mx, pm[size_t((g * parts + part) * Hg + h)]);
+      float* o = out + (int64_t(g) * Hg + h) * hd;
+      std::fill(o, o + hd, 0.0f);
+      float l = 0.0f;
+      for (int part = 0; part < parts; ++part) {
+        const int64_t i = int64_t(g * parts + part) * Hg + h;
+        if (!used[size_t(g * parts + part)]) continue;
+        const float w = std::exp(pm[size_t(i)] - mx);
+        l += pl[size_t(i)] * w;
+        for (int d = 0; d < hd; ++d) o[d] += po[size_t(i * hd + d)] * w;
+      }
+      for (int d = 0; d < hd; ++d) o[d] /= l;
+    }
+}
+
+}  // namespace
+
 void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run,
                    const BlockSelection* sel, float* out) {
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const bool bf16 = cache.dtype() == DType::BF16;
+  // A decode step has one task per KV group; with more threads than groups the blocks are split too.
+  if (run.rows == 1 && run.split_decode && pool.size() > G) {
+    const int parts = (pool.size() + G - 1) / G;
+    attention_row_split(pool, cache, layer, run, sel, parts, out);
+    return;
+  }
   // Rows are processed in tiles per KV group, walking the union of the tile's blocks in ascending
   // order: a K/V block is loaded once for every row and query head of the tile that uses it. Each
   // row still sees its own blocks in ascending order, so its result does not depend on the tile
-  // (decode, chunked and one-shot prefill give the same bits).
-  constexpr int64_t kTileRows = 8;
-  const int64_t tiles = (run.rows + kTileRows - 1) / kTileRows;
+  // (decode, chunked and one-shot prefill give the same bits). Larger tiles share more blocks (with
+  // scattered selections a page of an 8-row tile is used by about one row, so every use was a DRAM
+  // read); up to 128 rows the tile's accumulators (128 rows x 16 heads x 128 dims fp32 = 1 MiB) stay
+  // in L2. The tile still leaves at least two tasks per thread. Measured in docs/BENCHMARKS.md §1.
+  const int64_t tile_rows = std::clamp<int64_t>(run.rows * G / (2 * int64_t(pool.size())), 8, 128);
+  const int64_t tiles = (run.rows + tile_rows - 1) / tile_rows;
 
   pool.parallel_for(tiles * G, [&](int64_t t0, int64_t t1) {
     const size_t per_row = static_cast<size_t>(Hg) * hd;
-    std::vector<float> q(kTileRows * per_row), S(static_cast<size_t>(Hg) * B);
-    std::vector<float> m(static_cast<size_t>(kTileRows * Hg)), l(static_cast<size_t>(kTileRows * Hg));
-    int32_t next[kTileRows];
+    std::vector<float> q(size_t(tile_rows) * per_row), S(static_cast<size_t>(Hg) * B);
+    std::vector<float> m(static_cast<size_t>(tile_rows * Hg)), l(static_cast<size_t>(tile_rows * Hg));
+    std::vector<uint64_t> uses;  // (block << 32 | row) of every block use in the tile, ascending
+    const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
     for (int64_t task = t0; task < t1; ++task) {
       const int g = int(task % G);
-      const int64_t r0 = (task / G) * kTileRows, nr = std::min(kTileRows, run.rows - r0);
-      auto row_count = [&](int64_t i) {
-        return sel ? sel->count[size_t((r0 + i) * G + g)] : int32_t((run.first_pos + r0 + i) / B + 1);
-      };
-      auto row_block = [&](int64_t i, int32_t j) {
-        return sel ? sel->blocks[size_t(((r0 + i) * G + g) * sel->topk + j)] : j;
-      };
+      const int64_t r0 = (task / G) * tile_rows, nr = std::min(tile_rows, run.rows - r0);
+      uses.clear();
+      if (sel) {
+        for (int64_t i = 0; i < nr; ++i) {
+          const int32_t* list = sel->blocks.data() + ((r0 + i) * G + g) * sel->topk;
+          for (int32_t j = 0; j < sel->count[size_t((r0 + i) * G + g)]; ++j)
+            uses.push_back(uint64_t(list[j]) << 32 | uint64_t(i));
+        }
+        std::sort(uses.begin(), uses.end());
+      } else {  // dense: row i uses blocks 0..its local block, generated already in order
+        const int64_t last = (run.first_pos + r0 + nr - 1) / B;
+        for (int64_t blk = 0; blk <= last; ++blk)
+          for (int64_t i = std::max<int64_t>(0, blk * B - run.first_pos - r0); i < nr; ++i)
+            uses.push_back(uint64_t(blk) << 32 | uint64_t(i));
+      }
       for (int64_t i = 0; i < nr; ++i) {
         const float* qg = run.q + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
         for (size_t e = 0; e < per_row; ++e) q[i * per_row + e] = qg[e] * scale;
         float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
         std::fill(o, o + per_row, 0.0f);
-        next[i] = 0;
       }
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
-      for (;;) {
-        int64_t b = INT64_MAX;
-        for (int64_t i = 0; i < nr; ++i)
-          if (next[i] < row_count(i)) b = std::min<int64_t>(b, row_block(i, next[i]));
-        if (b == INT64_MAX) break;
-        // The block the tile needs after b (each row's next entry beyond b; lists are ascending).
-        // Its K and V pages are requested into L2 while b is computed (spread over the qk and pv
-        // loops of the first row that uses b), so DRAM traffic overlaps the arithmetic: a page is
-        // read once per tile, and in decode nothing else would hide its latency.
+      // Each row meets its blocks in ascending order (its softmax does not depend on the tile).
+      for (size_t u = 0; u < uses.size();) {
+        const int64_t b = int64_t(uses[u] >> 32);
+        size_t end = u;
+        while (end < uses.size() && int64_t(uses[end] >> 32) == b) ++end;
+        // The next block the tile needs: its K and V pages are requested into L2 while b is computed
+        // (spread over the qk and pv loops of the first row that uses b), so DRAM traffic overlaps
+        // the arithmetic: a page is read once per tile, and in decode nothing else would hide it.
         const void* next_k = nullptr;
         const void* next_v = nullptr;
-        const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
-        {
-          int64_t nb = INT64_MAX;
-          for (int64_t i = 0; i < nr; ++i) {
-            int32_t j = next[i];
-            if (j < row_count(i) && row_block(i, j) == b) ++j;
-            if (j < row_count(i)) nb = std::min<int64_t>(nb, row_block(i, j));
-          }
-          if (nb != INT64_MAX) {
-            next_k = bf16 ? static_cast<const void*>(cache.k_block_t_bf16(layer, nb, g)) : cache.k_block_t(layer, nb, g);
-            next_v = bf16 ? static_cast<const void*>(cache.v_block_bf16(layer, nb, g)) : cache.v_block(layer, nb, g);
-          }
+        if (end < uses.size()) {
+          const int64_t nb = int64_t(uses[end] >> 32);
+          next_k = bf16 ? static_cast<const void*>(cache.k_block_t_bf16(layer, nb, g)) : cache.k_block_t(layer, nb, g);
+          next_v = bf16 ? static_cast<const void*>(cache.v_block_bf16(layer, nb, g)) : cache.v_block(layer, nb, g);
         }
         // kT, v: float or uint16_t (bf16) pages; the kernels widen bf16 on load.
         auto attend_block = [&](const auto* kT, const auto* v) {
-          for (int64_t i = 0; i < nr; ++i) {
-            if (next[i] >= row_count(i) || row_block(i, next[i]) != b) continue;
-            ++next[i];
+          for (size_t k = u; k < end; ++k) {
+            const int64_t i = int64_t(uses[k] & 0xffffffffu);
             const int64_t pos = run.first_pos + r0 + i;
             const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
             float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
@@ -144,6 +235,7 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         };
         if (bf16) attend_block(cache.k_block_t_bf16(layer, b, g), cache.v_block_bf16(layer, b, g));
         else attend_block(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g));
+        u = end;
       }
       for (int64_t i = 0; i < nr; ++i) {
         float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;

@@ -17,6 +17,9 @@ struct AttentionRun {
   int64_t rows = 0;
   int q_heads = 0, kv_heads = 0, head_dim = 0, index_dim = 0;
   int topk = 16;
+  // A single row (a decode step) with more threads than KV groups splits each group's blocks across
+  // threads and merges by log-sum-exp; false keeps one task per group (benchmarks compare both).
+  bool split_decode = true;
 };
 
 // Selected blocks of every (row, group): count[r·G+g] entries at blocks[(r·G+g)·topk ...],

@@ -398,3 +398,32 @@ TEST(MsaAttention, Bf16CacheMatchesNaiveSpecOnRoundedValues) {
   odd.rows = 11;
   EXPECT_LT(run_case(odd, true, 2, 10), 2e-5);
 }
+
+TEST(MsaAttention, DecodeSplitAcrossMoreThreadsThanGroupsMatchesNaiveSpec) {
+  // One row with more threads than KV groups: each group's blocks are split into ranges whose
+  // partial softmaxes are merged by log-sum-exp. Ranges of one block, more ranges than selected
+  // blocks (dense over 2 blocks on 8 threads), and a partial local block.
+  uint32_t seed = 500;
+  for (int threads : {2, 4, 8})
+    for (int kv_heads : {1, 2})
+      for (int64_t context : {5, 20, 64, 150, 301})
+        for (bool sparse : {true, false}) {
+          NaiveCase c;
+          c.kv_heads = kv_heads;
+          c.context = context;
+          c.rows = 1;
+          EXPECT_LT(run_case(c, sparse, threads, seed++), 2e-5)
+              << "threads " << threads << " groups " << kv_heads << " context " << context << " sparse " << sparse;
+        }
+  NaiveCase m3shape;  // M3's group shape, bf16 cache, 4 groups on 8 threads
+  m3shape.cache = DType::BF16;
+  m3shape.block = 128;
+  m3shape.topk = 16;
+  m3shape.q_heads = 64;
+  m3shape.kv_heads = 4;
+  m3shape.head_dim = 128;
+  m3shape.index_dim = 128;
+  m3shape.context = 20 * 128 + 77;
+  EXPECT_LT(run_case(m3shape, true, 8, 11), 2e-5);
+  EXPECT_LT(run_case(m3shape, false, 8, 12), 2e-5);
+}

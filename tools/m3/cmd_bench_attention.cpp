@@ -28,7 +28,9 @@ AttnShape shape_named(const std::string& n) {
   if (n == "m3") return {"m3", 64, 4, 128, 128, 128, 16};
   if (n == "small") return {"small", 8, 2, 128, 128, 128, 16};
   if (n == "tiny") return {"tiny", 4, 2, 32, 32, 16, 4};
-  fail("unknown attention shape '", n, "' (expected m3, small or tiny)");
+  // One of M3's four KV groups alone: per thread, what M3 does on a machine with 4x the threads.
+  if (n == "m3-group") return {"m3-group", 16, 1, 128, 128, 128, 16};
+  fail("unknown attention shape '", n, "' (expected m3, m3-group, small or tiny)");
 }
 
 // Deterministic pseudo-random fill in [-1, 1).
@@ -69,6 +71,8 @@ struct Point {
   double msa_index_s, msa_attn_s, dense_s;  // prefill chunk
   double msa_decode_s, dense_decode_s;
   bool dense_extrapolated;
+  // Attention alone of one decode step, one task per group vs blocks split across threads.
+  double msa_unsplit_s, msa_split_s, dense_unsplit_s, dense_split_s;
 };
 
 }  // namespace
@@ -83,7 +87,7 @@ void register_bench_attention(CLI::App* bench) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("attention", "One attention layer: MSA vs dense at growing context");
-  cmd->add_option("--shapes", a->shapes, "Comma-separated: m3, small, tiny")->capture_default_str();
+  cmd->add_option("--shapes", a->shapes, "Comma-separated: m3, m3-group, small, tiny")->capture_default_str();
   cmd->add_option("--contexts", a->contexts, "Context depths N")->capture_default_str();
   cmd->add_option("--chunk", a->chunk, "Prefill chunk rows")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--dense-max", a->dense_max, "Largest N at which dense is measured (beyond: extrapolated linearly)")
@@ -99,6 +103,9 @@ void register_bench_attention(CLI::App* bench) {
     ThreadPool pool(a->threads);
     const BenchClock clock{a->clock == "cpu", pool.size()};
     const std::vector<long long> contexts = parse_int_list(a->contexts, "--contexts");
+    M3_CHECK(!contexts.empty() && contexts.front() <= a->dense_max, "bench attention: --dense-max (", a->dense_max,
+             ") is below the first context (", contexts.empty() ? 0 : contexts.front(),
+             "): dense is extrapolated from a measured depth, so at least the first must be measured");
     double bw = 0, peak = 0;
     if (!a->skip_bounds) {
       bw = measure_read_bandwidth(pool, size_t(1) << 30, 3, clock);
@@ -147,7 +154,7 @@ void register_bench_attention(CLI::App* bench) {
         run.index_dim = s.index_dim;
         run.topk = s.topk;
         BlockSelection sel;
-        Point p{N, 0, 0, 0, 0, 0, false};
+        Point p{N, 0, 0, 0, 0, 0, false, 0, 0, 0, 0};
         p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }, clock).median;
         p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }, clock).median;
         AttentionRun dec = run;
@@ -165,6 +172,17 @@ void register_bench_attention(CLI::App* bench) {
           p.dense_s = m.dense_s * (double(N) + C / 2.0) / (double(m.n) + C / 2.0);
           p.dense_decode_s = m.dense_decode_s * double(N) / double(m.n);
           p.dense_extrapolated = true;
+        }
+        if (pool.size() > G) {  // the decode split has work to do: time it against one task per group
+          AttentionRun unsplit = dec;
+          unsplit.split_decode = false;
+          msa_select_run(pool, cache, 0, dec, sel);
+          p.msa_split_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, dec, &sel, out.data()); }, clock).median;
+          p.msa_unsplit_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, unsplit, &sel, out.data()); }, clock).median;
+          if (N <= a->dense_max) {
+            p.dense_split_s = p.dense_decode_s;
+            p.dense_unsplit_s = time_runs(a->reps * 3, 1, [&] { attention_run(pool, cache, 0, unsplit, nullptr, out.data()); }, clock).median;
+          }
         }
         pts.push_back(p);
 
@@ -190,6 +208,22 @@ void register_bench_attention(CLI::App* bench) {
         std::fflush(stdout);
       }
       std::printf("\n* dense extrapolated linearly from the largest measured depth.\n\n");
+      if (pool.size() > G) {
+        std::printf("Decode attention (after selection), %d threads on %d KV groups: one task per group vs each group's"
+                    " blocks split across threads (log-sum-exp merge)\n\n", pool.size(), G);
+        std::printf("| N | MSA one task/group ms | MSA split ms | speedup | dense one task/group ms | dense split ms | speedup |\n");
+        std::printf("|---|---|---|---|---|---|---|\n");
+        for (const Point& p : pts) {
+          if (p.dense_unsplit_s > 0)
+            std::printf("| %lld | %.3f | %.3f | %.2fx | %.3f | %.3f | %.2fx |\n", p.n, 1e3 * p.msa_unsplit_s, 1e3 * p.msa_split_s,
+                        p.msa_unsplit_s / p.msa_split_s, 1e3 * p.dense_unsplit_s, 1e3 * p.dense_split_s,
+                        p.dense_unsplit_s / p.dense_split_s);
+          else
+            std::printf("| %lld | %.3f | %.3f | %.2fx | – | – | – |\n", p.n, 1e3 * p.msa_unsplit_s, 1e3 * p.msa_split_s,
+                        p.msa_unsplit_s / p.msa_split_s);
+        }
+        std::printf("\n");
+      }
     }
   });
 }
