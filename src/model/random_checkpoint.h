@@ -12,7 +12,7 @@
 namespace m3 {
 
 struct RandomCheckpointOptions {
-  std::string preset = "tiny";  // tiny | small | tiny-vl | small-vl (see preset_config)
+  std::string preset = "tiny";  // tiny | small | m3-slice | tiny-vl | small-vl (see preset_config)
   uint64_t seed = 0;
   std::string out_dir;
   std::optional<int> block_size;  // overrides sparse_block_size

@@ -18,6 +18,7 @@
 #include "server/api_error.h"
 #include "server/media.h"
 #include "server/metrics.h"
+#include "server/peer_socket.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/stop_strings.h"
@@ -185,10 +186,13 @@ class Server {
       return;
     }
     auto ex = std::make_shared<Exchange>();
+    // Polled while the answer is pending: a client that leaves cancels its generation.
+    const PeerSocket peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     scheduler_->submit(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_));
     if (!job->gen.stream) {
       std::unique_lock<std::mutex> lk(ex->mu);
-      ex->cv.wait(lk, [&] { return ex->done; });
+      while (!ex->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ex->done; }))
+        if (peer.peer_closed()) ex->cancelled = true;  // the scheduler ends it; the answer goes nowhere
       res.status = ex->status;
       res.set_content(ex->body, "application/json");
       return;
@@ -196,7 +200,7 @@ class Server {
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [ex](size_t, httplib::DataSink& sink) {
+        [ex, peer](size_t, httplib::DataSink& sink) {
           std::unique_lock<std::mutex> lk(ex->mu);
           for (;;) {
             ex->cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return !ex->events.empty() || ex->done; });
@@ -215,7 +219,7 @@ class Server {
               sink.done();
               return true;
             }
-            if (sink.is_writable && !sink.is_writable()) {
+            if ((sink.is_writable && !sink.is_writable()) || peer.peer_closed()) {  // e.g. during a long prefill
               ex->cancelled = true;
               return false;
             }

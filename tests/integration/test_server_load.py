@@ -6,8 +6,10 @@ queue, and up to four sequences share every forward pass). Checks: zero errors; 
 well-formed (deltas, finish_reason, usage, [DONE]); each greedy answer is exactly the answer a
 --parallel 1 server gives to the same request alone (batching is exact); /metrics shows that
 forward passes really carried several sequences; a client that stalls mid-request is dropped after
---timeout while the others are served; the server is alive at the end.
+--timeout while the others are served; a non-streaming client that disconnects cancels its
+generation; the server is alive at the end.
 """
+import json
 import os
 import socket
 import sys
@@ -78,6 +80,27 @@ try:
         data, dropped = b"", False
     check(dropped, f"a client stalling mid-request is dropped after --timeout ({time.time() - stalled_at:.1f} s; answer {data[:40]!r})")
     stalled.close()
+
+    # A client that leaves while its non-streaming answer is being generated cancels it: the
+    # sequence ends (m3_cancelled_total) instead of decoding 30,000 tokens for nobody.
+    cancelled_before = server_client.get_metrics("127.0.0.1", port).get("m3_cancelled_total", 0)
+    long_body = json.dumps({"model": "tiny", "temperature": 0, "ignore_eos": True, "max_tokens": 30000,
+                            "messages": [{"role": "user", "content": "Talk for a long time."}]}).encode()
+    leaver = socket.create_connection(("127.0.0.1", port))
+    leaver.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                   b"Content-Length: " + str(len(long_body)).encode() + b"\r\n\r\n" + long_body)
+    time.sleep(0.5)
+    leaver.close()
+    m = {}
+    for _ in range(200):  # bounded wait for the engine to notice (it polls every 100 ms)
+        m = server_client.get_metrics("127.0.0.1", port)
+        if m.get("m3_cancelled_total", 0) > cancelled_before and m.get("m3_requests_running", -1) == 0:
+            break
+        time.sleep(0.1)
+    check(m.get("m3_cancelled_total", 0) == cancelled_before + 1 and m.get("m3_requests_running", -1) == 0,
+          f"a non-streaming client that disconnects cancels its generation (cancelled {m.get('m3_cancelled_total')}, "
+          f"running {m.get('m3_requests_running')}, completion tokens so far {m.get('m3_completion_tokens_total')})")
+
     again = server_client.stream_chat("127.0.0.1", port, bodies[0][0])
     check(again["text"] == expected[0][0]["text"], "the server still answers after the load and the stalled client")
     check(proc.poll() is None, "server alive at the end")

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "io/model_config.h"
+#include "model/random_checkpoint.h"
 
 namespace m3 {
 namespace {
@@ -416,6 +417,41 @@ TEST(ModelConfig, MutationsNeverEscapeAsOtherExceptions) {
     }
   }
   EXPECT_GT(cases, 500);
+}
+
+}  // namespace
+}  // namespace m3
+
+namespace m3 {
+namespace {
+
+// The m3-slice benchmark preset must keep every per-layer width of the real config, so that its
+// decode reads M3's weight bytes per layer and per token; only depth and expert count shrink.
+TEST(ModelConfig, M3SlicePresetHasTheRealLayerWidths) {
+  const TextConfig real = ModelConfig::from_file(real_config_path()).text;
+  const ModelConfig slice = preset_config("m3-slice", 1000);
+  slice.validate();
+  const TextConfig& t = slice.text;
+  EXPECT_EQ(t.hidden_size, real.hidden_size);
+  EXPECT_EQ(t.num_attention_heads, real.num_attention_heads);
+  EXPECT_EQ(t.num_key_value_heads, real.num_key_value_heads);
+  EXPECT_EQ(t.head_dim, real.head_dim);
+  EXPECT_EQ(t.rotary_dim, real.rotary_dim);
+  EXPECT_EQ(t.intermediate_size, real.intermediate_size);
+  EXPECT_EQ(t.shared_intermediate_size, real.shared_intermediate_size);
+  EXPECT_EQ(t.dense_intermediate_size, real.dense_intermediate_size);
+  EXPECT_EQ(t.n_shared_experts, real.n_shared_experts);
+  EXPECT_EQ(t.num_experts_per_tok, real.num_experts_per_tok);
+  EXPECT_EQ(t.sparse.sparse_index_dim, real.sparse.sparse_index_dim);
+  EXPECT_EQ(t.sparse.sparse_num_index_heads, real.sparse.sparse_num_index_heads);
+  EXPECT_EQ(t.sparse.sparse_block_size, real.sparse.sparse_block_size);
+  EXPECT_EQ(t.sparse.sparse_topk_blocks, real.sparse.sparse_topk_blocks);
+  EXPECT_FALSE(t.is_sparse_layer(0));
+  for (int l = 1; l < t.num_hidden_layers; ++l) EXPECT_TRUE(t.is_sparse_layer(l) && t.is_moe_layer(l)) << l;
+  // Per token, an MoE layer of the slice reads exactly the weights of an MoE layer of M3.
+  const ModelCounts rc = count_model(ModelConfig::from_file(real_config_path()));
+  const ModelCounts sc = count_model(slice);
+  EXPECT_EQ(sc.expert_params, rc.expert_params);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@ void register_make_checkpoint(CLI::App& app) {
   auto block = std::make_shared<int>(0), topk = std::make_shared<int>(0), layers = std::make_shared<int>(0);
   auto shard_mb = std::make_shared<double>(0.0);
   CLI::App* cmd = app.add_subcommand("make-checkpoint", "Write a random checkpoint (config.json, tokenizer.json, safetensors)");
-  cmd->add_option("--preset", opt->preset, "tiny | small | tiny-vl | small-vl")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  cmd->add_option("--preset", opt->preset, "tiny | small | m3-slice | tiny-vl | small-vl")->check(CLI::IsMember(preset_names()))->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Random seed")->capture_default_str();
   cmd->add_option("--out", opt->out_dir, "Output folder")->required();
   cmd->add_option("--block-size", *block, "Override the MSA block size")->check(CLI::Range(1, 1 << 20));
