@@ -1,6 +1,6 @@
 """`m3 chat` driven through a pipe on a tiny random checkpoint: KV reuse across turns prefills
 exactly the new tokens and gives the same replies as prefilling every turn cold (greedy); /clear
-starts over; images are part of the reused prefix; Ctrl-C (SIGINT) stops a long reply and the
+starts over; images and videos are part of the reused prefix; Ctrl-C (SIGINT) stops a long reply and the
 chat goes on; reasoning budgets close the thought at the cap."""
 import json
 import os
@@ -93,6 +93,24 @@ check("another image at the same place cuts the reuse at the image",
 check("a second image in the same conversation reuses the first",
       warm_i[2]["reused_tokens"] == warm_i[1]["prompt_tokens"] + warm_i[1]["generated_tokens"] - 1, warm_i)
 check("/image reports the attachment", "image attached" in out_i, out_i)
+
+# Videos: per temporal group a timestamp, start, video tokens, end; reused like images.
+clip_a, clip_b = os.path.join(SCRATCH, "a.mp4"), os.path.join(SCRATCH, "b.mp4")
+run("make-video", clip_a)
+run("make-video", "--frames", "20", "--fps", "5", clip_b)
+vid_turns = ["/video " + clip_a, "describe", "/video " + clip_b, "/video /nonexistent.mp4", "again"]
+warm_v, out_v = chat(vid_turns, "-n", "8")
+cold_v, _ = chat(vid_turns, "-n", "8", "--no-kv-reuse")
+text_only, _ = chat(["describe"], "-n", "8")
+check("video turns", len(warm_v) == 2 and len(cold_v) == 2, warm_v)
+check("video replies with reuse equal cold prefills", [t["content"] for t in warm_v] == [t["content"] for t in cold_v],
+      (warm_v, cold_v))
+video_tokens = warm_v[0]["prompt_tokens"] - text_only[0]["prompt_tokens"]
+check("the video adds its groups' tokens to the prompt", video_tokens > 8, video_tokens)
+check("a second video in the same conversation reuses the first turn",
+      warm_v[1]["reused_tokens"] == warm_v[0]["prompt_tokens"] + warm_v[0]["generated_tokens"] - 1, warm_v)
+check("/video reports the attachment, and a missing file is an error that keeps the chat going",
+      "video attached" in out_v and "error:" in out_v and "nonexistent.mp4" in out_v, out_v)
 
 # Ctrl-C during a long reply stops it; the next line is answered in the same session (and is
 # stopped the same way).

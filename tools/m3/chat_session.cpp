@@ -39,12 +39,17 @@ void ChatSession::clear() {
   have_last_ = false;
 }
 
-void ChatSession::attach_image(const std::string& path) {
-  // The image alone through the shared multimodal path: its ids are start-of-image + N image
-  // tokens + end-of-image, and its embedding rows are those ids' rows with the vision features.
-  const MultimodalPrompt mm = build_multimodal_prompt(engine_, std::string(chat::kImagePlaceholder), {path});
+void ChatSession::attach_media(const std::string& path, vision::MediaKind kind) {
+  // The item alone through the shared multimodal path: its ids are the placeholder's expansion and
+  // its embedding rows those ids' rows with the vision features (a video's timestamp text included).
+  const bool video = kind == vision::MediaKind::Video;
+  const std::string placeholder(video ? chat::kVideoPlaceholder : chat::kImagePlaceholder);
+  const std::vector<std::string> paths = {path};
+  const MultimodalPrompt mm = build_multimodal_prompt(engine_, placeholder, video ? std::vector<std::string>{} : paths,
+                                                      video ? paths : std::vector<std::string>{});
   Image img;
   img.path = path;
+  img.kind = kind;
   img.serial = next_serial_++;
   img.ids = mm.ids;
   img.features = mm.embeddings;
@@ -53,13 +58,17 @@ void ChatSession::attach_image(const std::string& path) {
 
 size_t ChatSession::append_expanded(const std::vector<int32_t>& plain, size_t first_image, std::vector<int32_t>& ids,
                                     std::vector<int64_t>& tags) const {
-  const std::optional<int32_t> placeholder = engine_.tokenizer->token_id(chat::kImagePlaceholder);
+  const std::optional<int32_t> image = engine_.tokenizer->token_id(chat::kImagePlaceholder);
+  const std::optional<int32_t> video = engine_.tokenizer->token_id(chat::kVideoPlaceholder);
   size_t next = first_image;
   for (int32_t id : plain) {
-    // Only the template writes the placeholder as a control token (a user's "]<]image[>[" stays text).
-    if (placeholder && id == *placeholder) {
-      M3_CHECK(next < images_.size(), "chat: more image placeholders than images");
+    // Only the template writes placeholders as control tokens (a user's "]<]image[>[" stays text).
+    const bool is_image = image && id == *image, is_video = video && id == *video;
+    if (is_image || is_video) {
+      M3_CHECK(next < images_.size(), "chat: more media placeholders than images and videos");
       const Image& img = images_[next++];
+      M3_CHECK(is_video == (img.kind == vision::MediaKind::Video), "chat: the template's media order differs from ",
+               img.path);
       ids.insert(ids.end(), img.ids.begin(), img.ids.end());
       tags.insert(tags.end(), img.ids.size(), img.serial);
     } else {
@@ -121,7 +130,10 @@ chat::ParsedMessage ChatSession::turn(const std::string& role, const std::string
     user["content"] = user_text;
   } else {
     chat::Json parts = chat::Json::array();
-    for (const Image& img : pending_) parts.push_back({{"type", "image_url"}, {"image_url", {{"url", img.path}}}});
+    for (const Image& img : pending_) {
+      const char* type = img.kind == vision::MediaKind::Video ? "video_url" : "image_url";
+      parts.push_back({{"type", type}, {type, {{"url", img.path}}}});
+    }
     parts.push_back({{"type", "text"}, {"text", user_text}});
     user["content"] = std::move(parts);
     for (Image& img : pending_) images_.push_back(std::move(img));
@@ -165,7 +177,7 @@ chat::ParsedMessage ChatSession::turn(const std::string& role, const std::string
   stats.prefilled_tokens = n - reuse;
 
   const std::vector<int32_t> rest(ids.begin() + reuse, ids.end());
-  // Images: the prefilled part goes in as embeddings, image rows taken from the vision features.
+  // Images and videos: the prefilled part goes in as embeddings, their rows taken from the items'.
   std::vector<float> embeddings;
   if (std::any_of(tags.begin() + reuse, tags.end(), [](int64_t t) { return t >= 0; })) {
     const int64_t H = engine_.config.text.hidden_size;

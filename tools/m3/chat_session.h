@@ -2,8 +2,8 @@
 // One `m3 chat` conversation on one KV cache. Every turn renders the whole conversation with the
 // chat template and tokenizes it; the cache is cut to the longest common prefix of the tokens it
 // holds and the new prompt, and only the rest is prefilled (docs/CHAT.md, "KV reuse").
-// Image tokens all share one id, so the prefix comparison also compares which image a position
-// belongs to.
+// Image (and video) tokens all share one id, so the prefix comparison also compares which image or
+// video a position belongs to.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -17,6 +17,7 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "runtime/kv_cache.h"
+#include "vision/media_prompt.h"
 
 namespace m3::cli {
 
@@ -54,8 +55,10 @@ class ChatSession {
  public:
   ChatSession(Engine& engine, ChatSessionOptions options);
 
-  // Encodes an image now (errors surface at once) and attaches it to the next user message.
-  void attach_image(const std::string& path);
+  // Encodes an image or a video now (errors surface at once) and attaches it to the next user
+  // message.
+  void attach_image(const std::string& path) { attach_media(path, vision::MediaKind::Image); }
+  void attach_video(const std::string& path) { attach_media(path, vision::MediaKind::Video); }
   size_t pending_images() const { return pending_.size(); }
   // Forgets the messages and pending images; the cache stays, so the next prompt reuses what it
   // shares with the old conversation (the system turn).
@@ -70,12 +73,17 @@ class ChatSession {
   const KvCache& cache() const { return cache_; }
 
  private:
+  // An image or a video of the conversation.
   struct Image {
     std::string path;
+    vision::MediaKind kind = vision::MediaKind::Image;
     int64_t serial = 0;              // unique for the session: tags the cache positions it fills
-    std::vector<int32_t> ids;        // start-of-image, N image tokens, end-of-image
-    std::vector<float> features;     // (N, hidden)
+    // Image: start-of-image, N image tokens, end-of-image. Video: per temporal group its timestamp
+    // text, start-of-video, M video tokens, end-of-video.
+    std::vector<int32_t> ids;
+    std::vector<float> features;     // (ids.size(), hidden): the input rows of those ids
   };
+  void attach_media(const std::string& path, vision::MediaKind kind);
   // The prompt of this turn: ids with each image placeholder expanded; tags[i] is the serial of
   // the image that position i belongs to, or -1.
   void build_prompt(std::vector<int32_t>& ids, std::vector<int64_t>& tags, bool& opens_reasoning) const;

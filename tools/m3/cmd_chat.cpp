@@ -99,6 +99,7 @@ class ReplyPrinter {
 void print_help() {
   out("commands:\n"
       "  /image PATH   attach an image to the next message\n"
+      "  /video PATH   attach a video to the next message\n"
       "  /tool TEXT    answer the last reply's tool call(s) with a result (needs --tools)\n"
       "  /clear        start a new conversation\n"
       "  /exit         quit (also EOF, or Ctrl-C at the prompt)\n"
@@ -147,7 +148,7 @@ bool read_message(std::string& msg) {
 void register_chat(CLI::App& app) {
   struct Args {
     std::string model, system, effort, tools, color = "auto", cache_type = "f32";
-    std::vector<std::string> images;
+    std::vector<std::string> images, videos;
     int threads = 0, chunk = 512, max_tokens = 2048;
     bool stats_json = false, ignore_eos = false, no_reuse = false;
     SamplingParams s;
@@ -156,7 +157,7 @@ void register_chat(CLI::App& app) {
   // Sampling defaults of the release's generation_config (spec §7.2, unverified): T 1.0, top-p 0.95.
   a->s.temperature = 1.0f;
   a->s.top_p = 0.95f;
-  CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (multi-turn, KV reuse, images)");
+  CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (multi-turn, KV reuse, images and video)");
   cmd->add_option("-m,--model", a->model, "Model folder")->required();
   cmd->add_option("--system", a->system, "System prompt");
   cmd->add_option("--tools", a->tools, "JSON file with OpenAI tools ([{\"type\":\"function\",\"function\":{...}}])");
@@ -169,6 +170,7 @@ void register_chat(CLI::App& app) {
   add_cache_type_option(cmd, a->cache_type);
   add_sampling_options(cmd, a->s);
   cmd->add_option("--image", a->images, "Image for the first message (repeatable; see also /image)");
+  cmd->add_option("--video", a->videos, "Video for the first message, after the images (repeatable; see also /video)");
   cmd->add_option("--color", a->color, "Dim reasoning with ANSI colors: auto (when stdout is a terminal) | always | never")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "always", "never"}));
@@ -212,6 +214,7 @@ void register_chat(CLI::App& app) {
     auto engine = Engine::load(a->model, a->threads);
     ChatSession session(*engine, o);
     for (const auto& path : a->images) session.attach_image(path);
+    for (const auto& path : a->videos) session.attach_video(path);
     install_sigint_handler();
     if (interactive) out("m3 chat: type a message, /help for commands.\n");
 
@@ -236,14 +239,16 @@ void register_chat(CLI::App& app) {
         } else if (name == "/clear") {
           session.clear();
           out("(new conversation)\n");
-        } else if (name == "/image") {
+        } else if (name == "/image" || name == "/video") {
+          const std::string what = name.substr(1);
           if (arg.empty()) {
-            out("usage: /image PATH\n");
+            out("usage: " + name + " PATH\n");
             continue;
           }
           try {
-            session.attach_image(arg);
-            out("(image attached to the next message: " + arg + ")\n");
+            if (what == "video") session.attach_video(arg);
+            else session.attach_image(arg);
+            out("(" + what + " attached to the next message: " + arg + ")\n");
           } catch (const Error& e) {
             out(std::string("error: ") + e.what() + "\n");
           }
