@@ -16,6 +16,11 @@ double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::ste
   return std::chrono::duration<double>(b - a).count();
 }
 
+SamplingParams sampling_for_choice(SamplingParams p, int index) {
+  p.seed += uint64_t(index);
+  return p;
+}
+
 chat::OutputParserOptions parser_options(const Job& job) {
   chat::OutputParserOptions o;
   o.starts_in_reasoning = job.opens_reasoning;
@@ -27,9 +32,11 @@ chat::OutputParserOptions parser_options(const Job& job) {
 }  // namespace
 
 Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
-                       int32_t end_of_turn, int sample_vocab)
+                       int32_t end_of_turn, int sample_vocab, int index, std::shared_ptr<ChoiceGroup> group)
     : job_(std::move(job)),
       ex_(std::move(exchange)),
+      index_(index),
+      group_(std::move(group)),
       tok_(tokenizer),
       eot_(end_of_turn),
       sample_vocab_(sample_vocab),
@@ -38,7 +45,7 @@ Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange>
       parser_(parser_options(*job_)),
       decoder_(tokenizer),
       stops_(job_->gen.stop),
-      sampler_(job_->gen.sampling),
+      sampler_(sampling_for_choice(job_->gen.sampling, index_)),
       history_(job_->prompt) {
   // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
   // only reasoning tokens to count (usage.completion_tokens_details).
@@ -55,7 +62,7 @@ Json Generation::base_object(const char* object) const {
 
 void Generation::chunk(Json delta_or_text, const Json& finish_reason) {
   Json c = base_object(chat_ ? "chat.completion.chunk" : "text_completion");
-  Json choice = {{"index", 0}};
+  Json choice = {{"index", index_}};
   if (chat_) choice["delta"] = std::move(delta_or_text);
   else choice["text"] = std::move(delta_or_text);
   if (!pending_logprob_.is_null()) {
@@ -175,6 +182,10 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
                            std::max<int64_t>(0, completion_tokens - 1), sampled ? seconds_between(first_token_, now) : 0.0);
   if (cancelled) {
     metrics.count_cancelled();
+    if (group_) {
+      std::lock_guard<std::mutex> lk(group_->mu);
+      if (group_->ended || --group_->remaining > 0) return;
+    }
     ex_->finish(499, "");
     return;
   }
@@ -195,8 +206,35 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
                 {"total_tokens", prompt_tokens + completion_tokens},
                 {"prompt_tokens_details", {{"cached_tokens", reused_}}}};
   if (budget_) usage["completion_tokens_details"] = {{"reasoning_tokens", budget_->reasoning_tokens()}};
+  Json choice = {{"index", index_}};
+  if (!stream_) {
+    if (chat_) {
+      Json m = parser_.message().to_json();
+      if (!m.contains("content")) m["content"] = nullptr;
+      choice["message"] = std::move(m);
+    } else {
+      choice["text"] = text_;
+    }
+    choice["logprobs"] = job_->gen.logprobs ? Json{{"content", logprobs_}} : Json(nullptr);
+    choice["finish_reason"] = finish_reason;
+  }
+  Json choices = Json::array({choice});
+  if (stream_) chunk(chat_ ? Json::object() : Json(""), finish_reason);
+  if (group_) {  // the last choice to end answers for all of them
+    std::lock_guard<std::mutex> lk(group_->mu);
+    if (group_->ended) return;
+    group_->completion_tokens += completion_tokens;
+    group_->cached_tokens = group_->cached_tokens < 0 ? reused_ : std::min(group_->cached_tokens, reused_);
+    if (budget_) group_->reasoning_tokens += budget_->reasoning_tokens();
+    group_->choices[size_t(index_)] = std::move(choice);
+    if (--group_->remaining > 0) return;
+    usage["completion_tokens"] = group_->completion_tokens;
+    usage["total_tokens"] = prompt_tokens + group_->completion_tokens;
+    usage["prompt_tokens_details"]["cached_tokens"] = group_->cached_tokens;
+    if (budget_) usage["completion_tokens_details"]["reasoning_tokens"] = group_->reasoning_tokens;
+    choices = group_->choices;
+  }
   if (stream_) {
-    chunk(chat_ ? Json::object() : Json(""), finish_reason);
     if (job_->gen.include_usage) {
       Json u = base_object(chat_ ? "chat.completion.chunk" : "text_completion");
       u["choices"] = Json::array();
@@ -208,22 +246,18 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
     return;
   }
   Json r = base_object(chat_ ? "chat.completion" : "text_completion");
-  Json choice = {{"index", 0}};
-  if (chat_) {
-    Json m = parser_.message().to_json();
-    if (!m.contains("content")) m["content"] = nullptr;
-    choice["message"] = std::move(m);
-  } else {
-    choice["text"] = text_;
-  }
-  choice["logprobs"] = job_->gen.logprobs ? Json{{"content", logprobs_}} : Json(nullptr);
-  choice["finish_reason"] = finish_reason;
-  r["choices"] = Json::array({choice});
+  r["choices"] = std::move(choices);
   r["usage"] = usage;
   ex_->finish(200, dump(r));
 }
 
 void Generation::fail(const std::string& what) {
+  if (group_) {  // the request ends here; its other choices are cancelled
+    std::lock_guard<std::mutex> lk(group_->mu);
+    if (group_->ended) return;
+    group_->ended = true;
+    ex_->cancelled = true;
+  }
   const Json err = error_body("generation failed: " + what, "server_error");
   if (stream_) {
     ex_->push(sse(err));

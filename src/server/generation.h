@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -20,11 +21,25 @@
 
 namespace m3::server {
 
+// The choices of a request with n > 1 share one exchange. Each adds its choice and usage here when
+// it ends; the last one writes the response (or the stream's usage chunk and [DONE]). A failing
+// choice ends the whole request with its error and cancels the others.
+struct ChoiceGroup {
+  explicit ChoiceGroup(int n) : remaining(n), choices(size_t(n)) {}
+  std::mutex mu;
+  int remaining;
+  bool ended = false;          // the exchange was finished early (a choice failed)
+  std::vector<Json> choices;   // non-streaming: each choice's object, by index
+  int64_t completion_tokens = 0, reasoning_tokens = 0;
+  int64_t cached_tokens = -1;  // the least any choice reused (each prefills the prompt itself)
+};
+
 class Generation {
  public:
   // sample_vocab: ids the tokenizer can decode (the model's vocabulary may be padded past them).
+  // index, group: choice `index` of a request with n > 1 (it samples with seed + index).
   Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
-             int32_t end_of_turn, int sample_vocab);
+             int32_t end_of_turn, int sample_vocab, int index = 0, std::shared_ptr<ChoiceGroup> group = nullptr);
 
   const Job& job() const { return *job_; }
   bool cancelled() const { return ex_->cancelled.load(); }
@@ -58,6 +73,8 @@ class Generation {
 
   std::shared_ptr<const Job> job_;
   std::shared_ptr<Exchange> ex_;
+  const int index_;
+  std::shared_ptr<ChoiceGroup> group_;
   const Tokenizer& tok_;
   const int32_t eot_;
   const int sample_vocab_;

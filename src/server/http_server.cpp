@@ -188,7 +188,10 @@ class Server {
     auto ex = std::make_shared<Exchange>();
     // Polled while the answer is pending: a client that leaves cancels its generation.
     const PeerSocket peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
-    scheduler_->submit(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_));
+    const int n = job->gen.n;
+    auto group = n > 1 ? std::make_shared<ChoiceGroup>(n) : nullptr;
+    for (int i = 0; i < n; ++i)
+      scheduler_->submit(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_, i, group));
     if (!job->gen.stream) {
       std::unique_lock<std::mutex> lk(ex->mu);
       while (!ex->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ex->done; }))

@@ -111,7 +111,9 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
       if (g.stop[i].empty()) bad("stop", "stop strings must not be empty");
   }
   if (const Json* n = field(body, "n")) {
-    if (!n->is_number_integer() || n->get<int64_t>() != 1) bad("n", "only n=1 is supported");
+    if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > kMaxChoices)
+      bad("n", "expected an integer from 1 to " + std::to_string(kMaxChoices) + ", got " + n->dump());
+    g.n = int(n->get<int64_t>());
   }
   g.stream = boolean(body, "stream", false);
   g.ignore_eos = boolean(body, "ignore_eos", false);

@@ -15,6 +15,9 @@
 namespace m3::server {
 
 // Sampling and stopping, shared by both endpoints.
+// n: how many choices one request may ask for (each is a sequence of its own).
+inline constexpr int kMaxChoices = 16;
+
 struct GenerationParams {
   SamplingParams sampling;             // temperature, top_p, seed (+ top_k, min_p, repetition_penalty extensions)
   std::optional<int64_t> max_tokens;   // max_tokens / max_completion_tokens; unset: up to the context
@@ -24,6 +27,7 @@ struct GenerationParams {
   bool ignore_eos = false;             // extension (vLLM name): do not stop at the end-of-turn token
   bool logprobs = false;               // chat: log-probabilities of the sampled tokens (raw model distribution)
   int top_logprobs = 0;                // chat: and of the this many most likely tokens at each step (0..20)
+  int n = 1;                           // choices; choice i samples with seed + i
   std::string model;                   // echoed, not checked
 };
 

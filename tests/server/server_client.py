@@ -11,7 +11,8 @@ import time
 
 def stream_chat(host, port, body, timeout=120):
     """POSTs a streaming chat completion; returns a dict with the text, the finish reason, usage,
-    the time to the first content/reasoning token and the total time. Raises on any protocol error."""
+    the time to the first content/reasoning token and the total time, and per choice index (n > 1)
+    its own text, reasoning and finish reason under "choices". Raises on any protocol error."""
     t0 = time.perf_counter()
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
     payload = dict(body, stream=True, stream_options={"include_usage": True})
@@ -20,6 +21,7 @@ def stream_chat(host, port, body, timeout=120):
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
     text, reasoning, finish, usage, ttft, done = "", "", None, None, None, False
+    choices = {}
     buf = b""
     while True:
         chunk = resp.read1(65536) if hasattr(resp, "read1") else resp.read(1)
@@ -47,8 +49,13 @@ def stream_chat(host, port, body, timeout=120):
                     ttft = time.perf_counter() - t0
                 text += delta.get("content") or ""
                 reasoning += delta.get("reasoning_content") or ""
+                mine = choices.setdefault(ch.get("index"), {"text": "", "reasoning": "", "finish": None})
+                mine["text"] += delta.get("content") or ""
+                mine["reasoning"] += delta.get("reasoning_content") or ""
                 if ch.get("finish_reason"):
-                    finish = ch["finish_reason"]
+                    if mine["finish"] is not None:
+                        raise RuntimeError(f"choice {ch.get('index')} finished twice")
+                    finish = mine["finish"] = ch["finish_reason"]
     conn.close()
     if not done:
         raise RuntimeError("stream ended without [DONE]")
@@ -56,7 +63,7 @@ def stream_chat(host, port, body, timeout=120):
         raise RuntimeError("stream without usage or finish_reason")
     total = time.perf_counter() - t0
     return {"text": text, "reasoning": reasoning, "finish": finish, "usage": usage,
-            "ttft": ttft if ttft is not None else total, "seconds": total}
+            "ttft": ttft if ttft is not None else total, "seconds": total, "choices": choices}
 
 
 def run_clients(host, port, bodies_per_client):

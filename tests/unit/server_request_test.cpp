@@ -89,7 +89,7 @@ TEST(ServerRequest, ErrorsNameTheField) {
       {std::string("{") + kUser + R"(,"stop":{}})", "stop"},
       {std::string("{") + kUser + R"(,"seed":"x"})", "seed"},
       {std::string("{") + kUser + R"(,"stream":"yes"})", "stream"},
-      {std::string("{") + kUser + R"(,"n":2})", "n"},
+      {std::string("{") + kUser + R"(,"n":17})", "n"},
       {std::string("{") + kUser + R"(,"tools":{}})", "tools"},
       {std::string("{") + kUser + R"(,"tools":[{"type":"function","function":{}}]})", "tools[0].function.name"},
       {std::string("{") + kUser + R"(,"tool_choice":"sometimes"})", "tool_choice"},
