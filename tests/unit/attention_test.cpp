@@ -331,6 +331,22 @@ double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
   return worst;
 }
 
+// M3's attention geometry (16 query heads per group, head_dim 128, index dim 128, top-16 of
+// 128-token blocks) with `kv_heads` groups, at a context past 16 blocks.
+NaiveCase m3_case(int kv_heads, int64_t context, int64_t rows, DType cache) {
+  NaiveCase c;
+  c.block = 128;
+  c.topk = 16;
+  c.q_heads = 16 * kv_heads;
+  c.kv_heads = kv_heads;
+  c.head_dim = 128;
+  c.index_dim = 128;
+  c.context = context;
+  c.rows = rows;
+  c.cache = cache;
+  return c;
+}
+
 }  // namespace
 
 TEST(MsaAttention, MatchesNaiveSpecAcrossShapes) {
@@ -347,15 +363,7 @@ TEST(MsaAttention, MatchesNaiveSpecAcrossShapes) {
         c.rows = s.rows;
         EXPECT_LT(run_case(c, sparse, threads, seed++), 2e-5) << "context " << s.context << " rows " << s.rows;
       }
-  NaiveCase m3shape;  // 16 query heads per group, head_dim 128, top-16 of 128-token blocks, 17+ blocks
-  m3shape.block = 128;
-  m3shape.topk = 16;
-  m3shape.q_heads = 32;
-  m3shape.kv_heads = 2;
-  m3shape.head_dim = 128;
-  m3shape.index_dim = 128;
-  m3shape.context = 16 * 128 + 50;
-  m3shape.rows = 3;
+  const NaiveCase m3shape = m3_case(2, 16 * 128 + 50, 3, DType::F32);  // 17+ blocks
   EXPECT_LT(run_case(m3shape, true, 2, 7), 2e-5);
   NaiveCase odd;
   odd.head_dim = 24;
@@ -378,16 +386,7 @@ TEST(MsaAttention, Bf16CacheMatchesNaiveSpecOnRoundedValues) {
       c.rows = s.rows;
       EXPECT_LT(run_case(c, sparse, 2, seed++), 2e-5) << "context " << s.context << " rows " << s.rows;
     }
-  NaiveCase m3shape;
-  m3shape.cache = DType::BF16;
-  m3shape.block = 128;
-  m3shape.topk = 16;
-  m3shape.q_heads = 32;
-  m3shape.kv_heads = 2;
-  m3shape.head_dim = 128;
-  m3shape.index_dim = 128;
-  m3shape.context = 16 * 128 + 50;
-  m3shape.rows = 3;
+  const NaiveCase m3shape = m3_case(2, 16 * 128 + 50, 3, DType::BF16);
   EXPECT_LT(run_case(m3shape, true, 2, 9), 2e-5);
   NaiveCase odd;  // head_dim not a multiple of 16: the plain kernels widen bf16 too
   odd.cache = DType::BF16;
@@ -415,15 +414,7 @@ TEST(MsaAttention, DecodeSplitAcrossMoreThreadsThanGroupsMatchesNaiveSpec) {
           EXPECT_LT(run_case(c, sparse, threads, seed++), 2e-5)
               << "threads " << threads << " groups " << kv_heads << " context " << context << " sparse " << sparse;
         }
-  NaiveCase m3shape;  // M3's group shape, bf16 cache, 4 groups on 8 threads
-  m3shape.cache = DType::BF16;
-  m3shape.block = 128;
-  m3shape.topk = 16;
-  m3shape.q_heads = 64;
-  m3shape.kv_heads = 4;
-  m3shape.head_dim = 128;
-  m3shape.index_dim = 128;
-  m3shape.context = 20 * 128 + 77;
+  const NaiveCase m3shape = m3_case(4, 20 * 128 + 77, 1, DType::BF16);  // M3's 4 groups on 8 threads
   EXPECT_LT(run_case(m3shape, true, 8, 11), 2e-5);
   EXPECT_LT(run_case(m3shape, false, 8, 12), 2e-5);
 }
