@@ -43,10 +43,15 @@ class Generation {
 
   const Job& job() const { return *job_; }
   bool cancelled() const { return ex_->cancelled.load(); }
+  const ChoiceGroup* group() const { return group_.get(); }  // n > 1 only
+  int index() const { return index_; }
 
   // The request got its cache, `reused` prompt tokens of it from the prefix cache; sends the
   // stream's opening chunk.
   void start(int64_t reused);
+  // After start(): how many prompt tokens this generation did not prefill after all (it waited for
+  // a sibling choice and copied its cache, or got a cache later): usage and metrics.
+  void set_reused(int64_t tokens) { reused_ = tokens; }
   // `logits` are those of the last token fed (the prompt's, then the previous step's): samples a
   // token and handles it, plus any tokens the thinking budget forces after it (the closer of a
   // thought at the reasoning cap). Returns false when the generation is over (end of turn, stop

@@ -190,8 +190,10 @@ class Server {
     const PeerSocket peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     const int n = job->gen.n;
     auto group = n > 1 ? std::make_shared<ChoiceGroup>(n) : nullptr;
+    std::vector<std::unique_ptr<Generation>> choices;
     for (int i = 0; i < n; ++i)
-      scheduler_->submit(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_, i, group));
+      choices.push_back(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_, i, group));
+    scheduler_->submit(std::move(choices));
     if (!job->gen.stream) {
       std::unique_lock<std::mutex> lk(ex->mu);
       while (!ex->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ex->done; }))

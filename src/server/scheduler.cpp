@@ -23,9 +23,15 @@ Scheduler::~Scheduler() {
 }
 
 void Scheduler::submit(std::unique_ptr<Generation> generation) {
+  std::vector<std::unique_ptr<Generation>> one;
+  one.push_back(std::move(generation));
+  submit(std::move(one));
+}
+
+void Scheduler::submit(std::vector<std::unique_ptr<Generation>> generations) {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    queue_.push_back(std::move(generation));
+    for (auto& g : generations) queue_.push_back(std::move(g));
   }
   cv_.notify_one();
   publish_queue();
@@ -54,6 +60,11 @@ void Scheduler::loop() {
       }
     }
     admit(arrivals);
+    for (Sequence& s : running_) {  // a waiting choice whose leader has gone (failed, cancelled) prefills itself
+      if (!s.waits_for_leader || s.done || leader_in_prefill(*s.gen)) continue;
+      if (!start_sequence(s)) s.done = true;
+      s.waits_for_leader = false;
+    }
     running_count_ = int64_t(running_.size());
     publish_queue();
     if (!running_.empty()) run_step();
@@ -76,20 +87,57 @@ void Scheduler::admit(std::deque<std::unique_ptr<Generation>>& arrivals) {
       continue;
     }
     Sequence s;
-    try {
-      const std::vector<int32_t>& prompt = gen->job().prompt;
-      auto lease = cache_.acquire(gen->job().cache_tokens());
-      s.cache = std::move(lease.cache);
-      s.pending.assign(prompt.begin() + lease.reused, prompt.end());
-      if (!gen->job().embeddings.empty())
-        s.prompt_rows = gen->job().embeddings.data() + lease.reused * engine_.config.text.hidden_size;
-      gen->start(lease.reused);
-    } catch (const std::exception& e) {  // e.g. no memory for the cache: this request fails, the server goes on
-      gen->fail(e.what());
+    s.gen = std::move(gen);
+    if (leader_in_prefill(*s.gen)) {
+      s.gen->start(0);
+      s.waits_for_leader = true;
+    } else if (!start_sequence(s)) {  // e.g. no memory for the cache: this request fails, the server goes on
+      s.gen->fail(s.error);
       continue;
     }
-    s.gen = std::move(gen);
     running_.push_back(std::move(s));
+  }
+}
+
+bool Scheduler::start_sequence(Sequence& s) {
+  try {
+    const Job& job = s.gen->job();
+    auto lease = cache_.acquire(job.cache_tokens());
+    s.cache = std::move(lease.cache);
+    s.pending.assign(job.prompt.begin() + lease.reused, job.prompt.end());
+    if (!job.embeddings.empty()) s.prompt_rows = job.embeddings.data() + lease.reused * engine_.config.text.hidden_size;
+    if (s.waits_for_leader) s.gen->set_reused(lease.reused);  // started when it began to wait
+    else s.gen->start(lease.reused);
+    return true;
+  } catch (const std::exception& e) {
+    s.error = e.what();
+    return false;
+  }
+}
+
+const Scheduler::Sequence* Scheduler::leader_in_prefill(const Generation& gen) const {
+  if (!gen.group() || gen.index() == 0) return nullptr;
+  for (const Sequence& s : running_)
+    if (s.gen->group() == gen.group() && s.gen->index() == 0 && s.cache && !s.decoding && !s.done) return &s;
+  return nullptr;
+}
+
+void Scheduler::advance(Sequence& s) {
+  bool more = false;
+  try {
+    more = s.gen->step(s.logits.data(), s.pending);
+  } catch (const std::exception& e) {  // sampling or output handling failed: only this sequence ends
+    s.error = e.what();
+    s.cache.reset();
+    s.done = true;
+    return;
+  }
+  if (!more) {
+    s.done = true;
+  } else {
+    s.fed = 0;
+    s.decoding = true;
+    s.prompt_rows = nullptr;
   }
 }
 
@@ -116,7 +164,7 @@ void Scheduler::run_step() {
   }
   for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
     const Sequence& s = running_[i];
-    if (!s.cancelled && !s.decoding) add(i, std::min(int64_t(s.pending.size() - s.fed), budget));
+    if (!s.cancelled && !s.decoding && !s.waits_for_leader) add(i, std::min(int64_t(s.pending.size() - s.fed), budget));
   }
   if (inputs.empty()) return;
 
@@ -140,22 +188,24 @@ void Scheduler::run_step() {
     Sequence& s = running_[owner[k]];
     s.fed += size_t(inputs[k].n);
     if (inputs[k].which != LogitsFor::Last) continue;
-    bool more = false;
-    try {
-      more = s.gen->step(s.logits.data(), s.pending);
-    } catch (const std::exception& e) {  // sampling or output handling failed: only this sequence ends
-      s.error = e.what();
-      s.cache.reset();
-      s.done = true;
-      continue;
+    if (!s.decoding && s.gen->group()) {
+      // The prompt is in the cache: the choice's waiting siblings copy it and start from its logits.
+      for (Sequence& f : running_) {
+        if (!f.waits_for_leader || f.done || f.gen->group() != s.gen->group()) continue;
+        f.waits_for_leader = false;
+        try {
+          f.cache = copy_cache_prefix(*s.cache, s.cache->length());
+        } catch (const std::exception& e) {
+          f.error = e.what();
+          f.done = true;
+          continue;
+        }
+        f.gen->set_reused(s.cache->length());
+        f.logits = s.logits;
+        advance(f);
+      }
     }
-    if (!more) {
-      s.done = true;
-    } else {
-      s.fed = 0;
-      s.decoding = true;
-      s.prompt_rows = nullptr;
-    }
+    advance(s);
   }
 }
 

@@ -34,6 +34,9 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   void submit(std::unique_ptr<Generation> generation);
+  // The choices of one request (n > 1), queued together so that they are admitted in one step
+  // when slots allow (then choice 0's prompt is prefilled once for all).
+  void submit(std::vector<std::unique_ptr<Generation>> generations);
 
  private:
   struct Sequence {
@@ -46,10 +49,19 @@ class Scheduler {
     std::vector<float> logits;
     bool done = false, cancelled = false;
     std::string error;  // set when the sequence failed; its answer is sent by retire()
+    // A later choice of an n > 1 request: it waits (without a cache) for choice 0 to finish the
+    // prompt, then copies that cache and starts decoding from the same logits.
+    bool waits_for_leader = false;
   };
 
   void loop();
   void admit(std::deque<std::unique_ptr<Generation>>& arrivals);
+  // Gives s its cache from the prefix cache and starts it; false (and s.error) when that fails.
+  bool start_sequence(Sequence& s);
+  // The running choice 0 of gen's request while it is still in its prompt, or nullptr.
+  const Sequence* leader_in_prefill(const Generation& gen) const;
+  // Samples from s.logits and sets what s feeds next, or ends it.
+  void advance(Sequence& s);
   void run_step();
   void retire();
   void publish_queue();

@@ -3,7 +3,8 @@
 
 Choice i of a request with n choices and seed s is exactly the answer of the same request with n=1
 and seed s+i (each choice is a sequence of its own, batched with its siblings), streaming or not;
-usage counts the prompt once and the completion tokens of every choice; a stream carries each
+usage counts the prompt once and the completion tokens of every choice, and the prompt is prefilled
+once (the other choices copy choice 0's cache: m3_prefill_tokens_total); a stream carries each
 choice's deltas under its index, one finish_reason per choice, one usage chunk and one [DONE];
 n outside 1..16 is a 400 and the server goes on.
 """
@@ -32,11 +33,17 @@ def post(port, path, body):
     return r.status, data
 
 
-proc, port = server_client.start_server(M3, model, ["-t", "2", "--parallel", "4"], os.path.join(SCRATCH, "serve.log"))
+# No prefix cache, so every prefilled prompt token shows in m3_prefill_tokens_total.
+proc, port = server_client.start_server(M3, model, ["-t", "2", "--parallel", "4", "--cache-mb", "0"],
+                                      os.path.join(SCRATCH, "serve.log"))
 try:
     base = {"model": "tiny", "temperature": 0.9, "seed": 40, "max_tokens": 20,
             "messages": [{"role": "user", "content": "Name three colours of the sea."}]}
+    prefilled_before = server_client.get_metrics("127.0.0.1", port)["m3_prefill_tokens_total"]
     status, many = post(port, "/v1/chat/completions", dict(base, n=3))
+    prefilled = server_client.get_metrics("127.0.0.1", port)["m3_prefill_tokens_total"] - prefilled_before
+    check(prefilled == many["usage"]["prompt_tokens"], f"the prompt is prefilled once for 3 choices ({prefilled:.0f} tokens "
+          f"for a {many['usage']['prompt_tokens']}-token prompt)")
     check(status == 200 and [c["index"] for c in many.get("choices", [])] == [0, 1, 2], f"n=3 gives choices 0, 1, 2 ({status})")
     singles = []
     for i in range(3):
