@@ -71,6 +71,30 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
 
 namespace {
 
+// Every row's attention is defined segment-wise, whatever the thread count or the batching: its
+// block list (ascending) is cut into segments of kSegment entries, each gets its own online softmax
+// from scratch, and the segments' states are folded by log-sum-exp in order. Prefill folds as it
+// walks; a decode step with spare threads computes the segments in parallel and folds them after,
+// in the same order with the same arithmetic, so both give the same bits (and prefix-cache reuse
+// stays exact) on any machine. MSA rows have at most top-k (16) entries: segments of 4 let a decode
+// step use up to 4 threads per group. Dense rows get segments of 64 blocks (8K tokens at 128), so a
+// decode step at 1M keeps 128 partial states per group.
+int segment_blocks(bool sparse) { return sparse ? 4 : 64; }
+
+// (M, L, O) <- the fold of (M, L, O) and a segment's (m, l, o), per head. A fresh (M = -inf, L = 0,
+// O = 0) folded with a segment gives that segment's state exactly.
+void fold_state(int Hg, int hd, float* M, float* L, float* O, const float* m, const float* l, const float* o) {
+  for (int h = 0; h < Hg; ++h) {
+    const float mx = std::max(M[h], m[h]);
+    const float a = std::exp(M[h] - mx), c = std::exp(m[h] - mx);
+    L[h] = L[h] * a + l[h] * c;
+    M[h] = mx;
+    float* Oh = O + int64_t(h) * hd;
+    const float* oh = o + int64_t(h) * hd;
+    for (int d = 0; d < hd; ++d) Oh[d] = Oh[d] * a + oh[d] * c;
+  }
+}
+
 // Online softmax of one row's Hg query heads (q pre-scaled) over entries [j0, j1) of its block list:
 // leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim).
 void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, const float* q, int Hg, int hd,
@@ -101,28 +125,26 @@ void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, cons
   }
 }
 
-// One row (a decode step) with fewer KV groups than threads: each group's block list is cut into
-// `parts` contiguous ranges computed in parallel, and the partial softmaxes are merged by their
-// log-sum-exp (flash-decoding), in range order, so a fixed thread count gives fixed bits. The
-// rounding differs from the unsplit path (one running softmax over all blocks) by float error.
+// One row (a decode step) with more threads than KV groups: the segments of every group are
+// attended in parallel (flash-decoding), then folded in order (see segment_blocks).
 void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run,
-                         const BlockSelection* sel, int parts, float* out) {
+                         const BlockSelection* sel, float* out) {
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const int64_t pos = run.first_pos;
+  const int seg = segment_blocks(sel != nullptr);
   auto count = [&](int g) { return sel ? sel->count[size_t(g)] : int32_t(pos / B + 1); };
-  std::vector<float> pm(size_t(G) * parts * Hg), pl(pm.size()), po(pm.size() * size_t(hd));
-  std::vector<int32_t> used(size_t(G) * parts, 0);  // 0: the range was empty (more parts than blocks)
+  int32_t segs = 0;  // segments of the longest list; shorter lists leave their last tasks idle
+  for (int g = 0; g < G; ++g) segs = std::max(segs, (count(g) + seg - 1) / seg);
+  std::vector<float> pm(size_t(G) * segs * Hg), pl(pm.size()), po(pm.size() * size_t(hd));
 
-  pool.parallel_for(int64_t(G) * parts, [&](int64_t t0, int64_t t1) {
+  pool.parallel_for(int64_t(G) * segs, [&](int64_t t0, int64_t t1) {
     std::vector<float> q(size_t(Hg) * hd), S(size_t(Hg) * B);
     for (int64_t task = t0; task < t1; ++task) {
-      const int g = int(task / parts), part = int(task % parts);
-      const int32_t c = count(g);
-      const int32_t j0 = int32_t(int64_t(c) * part / parts), j1 = int32_t(int64_t(c) * (part + 1) / parts);
-      if (j0 == j1) continue;
-      used[size_t(task)] = 1;
+      const int g = int(task / segs);
+      const int32_t j0 = int32_t(task % segs) * seg, j1 = std::min(j0 + seg, count(g));
+      if (j0 >= j1) continue;
       const float* qg = run.q + int64_t(g) * Hg * hd;
       for (size_t e = 0; e < q.size(); ++e) q[e] = qg[e] * scale;
       auto block_of = [&](int32_t j) { return sel ? sel->blocks[size_t(g) * sel->topk + size_t(j)] : j; };
@@ -131,23 +153,20 @@ void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, cons
     }
   });
 
-  for (int g = 0; g < G; ++g)
-    for (int h = 0; h < Hg; ++h) {
-      float mx = -INFINITY;
-      for (int part = 0; part < parts; ++part)
-        if (used[size_t(g * parts + part)]) mx = std::max(mx, pm[size_t((g * parts + part) * Hg + h)]);
-      float* o = out + (int64_t(g) * Hg + h) * hd;
-      std::fill(o, o + hd, 0.0f);
-      float l = 0.0f;
-      for (int part = 0; part < parts; ++part) {
-        const int64_t i = int64_t(g * parts + part) * Hg + h;
-        if (!used[size_t(g * parts + part)]) continue;
-        const float w = std::exp(pm[size_t(i)] - mx);
-        l += pl[size_t(i)] * w;
-        for (int d = 0; d < hd; ++d) o[d] += po[size_t(i * hd + d)] * w;
-      }
-      for (int d = 0; d < hd; ++d) o[d] /= l;
+  std::vector<float> M(static_cast<size_t>(Hg)), L(static_cast<size_t>(Hg));
+  for (int g = 0; g < G; ++g) {
+    float* O = out + int64_t(g) * Hg * hd;
+    std::fill(M.begin(), M.end(), -INFINITY);
+    std::fill(L.begin(), L.end(), 0.0f);
+    std::fill(O, O + int64_t(Hg) * hd, 0.0f);
+    const int32_t n = (count(g) + seg - 1) / seg;
+    for (int32_t k = 0; k < n; ++k) {
+      const int64_t task = int64_t(g) * segs + k;
+      fold_state(Hg, hd, M.data(), L.data(), O, pm.data() + task * Hg, pl.data() + task * Hg, po.data() + task * Hg * hd);
     }
+    for (int h = 0; h < Hg; ++h)
+      for (int d = 0; d < hd; ++d) O[h * hd + d] /= L[size_t(h)];
+  }
 }
 
 }  // namespace
@@ -158,10 +177,11 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const bool bf16 = cache.dtype() == DType::BF16;
-  // A decode step has one task per KV group; with more threads than groups the blocks are split too.
+  const int seg = segment_blocks(sel != nullptr);
+  // A decode step has one task per KV group; with more threads than groups its segments run in
+  // parallel (same bits as the walk below).
   if (run.rows == 1 && run.split_decode && pool.size() > G) {
-    const int parts = (pool.size() + G - 1) / G;
-    attention_row_split(pool, cache, layer, run, sel, parts, out);
+    attention_row_split(pool, cache, layer, run, sel, out);
     return;
   }
   // Rows are processed in tiles per KV group, walking the union of the tile's blocks in ascending
@@ -178,6 +198,10 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
     const size_t per_row = static_cast<size_t>(Hg) * hd;
     std::vector<float> q(size_t(tile_rows) * per_row), S(static_cast<size_t>(Hg) * B);
     std::vector<float> m(static_cast<size_t>(tile_rows * Hg)), l(static_cast<size_t>(tile_rows * Hg));
+    // Per row: entries of its list done, and the fold of its finished segments (M, L, O); the
+    // current segment's state is m, l and the row's rows of `out`.
+    std::vector<int32_t> done(static_cast<size_t>(tile_rows));
+    std::vector<float> M(m.size()), L(m.size()), O(size_t(tile_rows) * per_row);
     std::vector<uint64_t> uses;  // (block << 32 | row) of every block use in the tile, ascending
     const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
     for (int64_t task = t0; task < t1; ++task) {
@@ -205,6 +229,16 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
       }
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
+      std::fill(M.begin(), M.end(), -INFINITY);
+      std::fill(L.begin(), L.end(), 0.0f);
+      std::fill(done.begin(), done.end(), 0);
+      auto fold_row = [&](int64_t i, float* o) {  // the row's current segment into its fold; o reset
+        fold_state(Hg, hd, M.data() + i * Hg, L.data() + i * Hg, O.data() + i * per_row, m.data() + i * Hg,
+                   l.data() + i * Hg, o);
+        std::fill(m.data() + i * Hg, m.data() + (i + 1) * Hg, -INFINITY);
+        std::fill(l.data() + i * Hg, l.data() + (i + 1) * Hg, 0.0f);
+        std::fill(o, o + per_row, 0.0f);
+      };
       // Each row meets its blocks in ascending order (its softmax does not depend on the tile).
       for (size_t u = 0; u < uses.size();) {
         const int64_t b = int64_t(uses[u] >> 32);
@@ -227,6 +261,8 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
             const int64_t pos = run.first_pos + r0 + i;
             const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
             float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+            if (done[size_t(i)] > 0 && done[size_t(i)] % seg == 0) fold_row(i, o);  // a new segment
+            ++done[size_t(i)];
             qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
             softmax_block_update(S.data(), Hg, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
             pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
@@ -239,8 +275,14 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
       }
       for (int64_t i = 0; i < nr; ++i) {
         float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+        const float* denom = l.data() + i * Hg;
+        if (done[size_t(i)] > seg) {  // several segments: fold the last one, the result is O / L
+          fold_row(i, o);
+          std::copy(O.data() + i * per_row, O.data() + (i + 1) * per_row, o);
+          denom = L.data() + i * Hg;
+        }
         for (int h = 0; h < Hg; ++h)
-          for (int d = 0; d < hd; ++d) o[h * hd + d] /= l[size_t(i * Hg + h)];
+          for (int d = 0; d < hd; ++d) o[h * hd + d] /= denom[h];
       }
     }
   });

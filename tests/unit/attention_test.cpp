@@ -399,9 +399,9 @@ TEST(MsaAttention, Bf16CacheMatchesNaiveSpecOnRoundedValues) {
 }
 
 TEST(MsaAttention, DecodeSplitAcrossMoreThreadsThanGroupsMatchesNaiveSpec) {
-  // One row with more threads than KV groups: each group's blocks are split into ranges whose
-  // partial softmaxes are merged by log-sum-exp. Ranges of one block, more ranges than selected
-  // blocks (dense over 2 blocks on 8 threads), and a partial local block.
+  // One row with more threads than KV groups: each group's segments (4 MSA entries, 64 dense
+  // blocks) run in parallel and are folded by log-sum-exp. A last segment of one entry, fewer
+  // segments than threads, one segment only (dense over 2 blocks on 8 threads), a partial local block.
   uint32_t seed = 500;
   for (int threads : {2, 4, 8})
     for (int kv_heads : {1, 2})
@@ -417,4 +417,67 @@ TEST(MsaAttention, DecodeSplitAcrossMoreThreadsThanGroupsMatchesNaiveSpec) {
   const NaiveCase m3shape = m3_case(4, 20 * 128 + 77, 1, DType::BF16);  // M3's 4 groups on 8 threads
   EXPECT_LT(run_case(m3shape, true, 8, 11), 2e-5);
   EXPECT_LT(run_case(m3shape, false, 8, 12), 2e-5);
+}
+
+TEST(MsaAttention, DecodeGivesThePrefillBitsOnAnyThreadCount) {
+  // A row's attention is a fold of fixed segments of its block list, so a decode step split across
+  // threads, a decode step on one thread and the same row inside a prefill chunk agree bit for bit
+  // (what keeps prefix-cache reuse exact). Dense rows span several 64-block segments here.
+  for (bool sparse : {true, false})
+    for (DType dtype : {DType::F32, DType::BF16}) {
+      std::mt19937 rng(sparse ? 21 : 22);
+      const int block = 8, topk = 16, G = 2, Hg = 4, hd = 32, id = 16;
+      const int64_t T = 700;  // 88 blocks: dense rows fold two segments, MSA rows four
+      KvCacheShape shape;
+      shape.num_layers = 1;
+      shape.block_size = block;
+      shape.kv_heads = G;
+      shape.head_dim = hd;
+      shape.index_dim = id;
+      shape.layer_has_index = {true};
+      shape.dtype = dtype;
+      KvCache cache(shape);
+      cache.ensure_capacity(T);
+      for (int64_t t = 0; t < T; ++t) {
+        for (int g = 0; g < G; ++g) {
+          const auto k = randn(rng, hd), v = randn(rng, hd);
+          cache.write_kv(0, t, g, k.data(), v.data());
+        }
+        cache.write_index_k(0, t, randn(rng, id).data());
+      }
+      cache.set_length(T);
+      const int64_t rows = 40, first = T - rows;
+      const auto Q = randn(rng, size_t(rows * G * Hg * hd)), IQ = randn(rng, size_t(rows * G * id));
+      AttentionRun run;
+      run.q = Q.data();
+      run.iq = IQ.data();
+      run.first_pos = first;
+      run.rows = rows;
+      run.q_heads = G * Hg;
+      run.kv_heads = G;
+      run.head_dim = hd;
+      run.index_dim = id;
+      run.topk = topk;
+      std::vector<float> chunk_out(Q.size());
+      ThreadPool two(2);
+      BlockSelection sel;
+      if (sparse) msa_select_run(two, cache, 0, run, sel);
+      attention_run(two, cache, 0, run, sparse ? &sel : nullptr, chunk_out.data());
+      for (int threads : {1, 2, 3, 8}) {
+        ThreadPool pool(threads);
+        for (int64_t r : {int64_t(0), rows / 2, rows - 1}) {
+          AttentionRun one = run;
+          one.q = Q.data() + r * G * Hg * hd;
+          one.iq = IQ.data() + r * G * id;
+          one.first_pos = first + r;
+          one.rows = 1;
+          BlockSelection sel1;
+          if (sparse) msa_select_run(pool, cache, 0, one, sel1);
+          std::vector<float> row_out(size_t(G * Hg * hd));
+          attention_run(pool, cache, 0, one, sparse ? &sel1 : nullptr, row_out.data());
+          EXPECT_EQ(std::memcmp(row_out.data(), chunk_out.data() + r * G * Hg * hd, row_out.size() * sizeof(float)), 0)
+              << (sparse ? "MSA" : "dense") << " " << dtype_name(dtype) << " row " << r << " threads " << threads;
+        }
+      }
+    }
 }
