@@ -76,10 +76,12 @@ namespace {
 // from scratch, and the segments' states are folded by log-sum-exp in order. Prefill folds as it
 // walks; a decode step with spare threads computes the segments in parallel and folds them after,
 // in the same order with the same arithmetic, so both give the same bits (and prefix-cache reuse
-// stays exact) on any machine. MSA rows have at most top-k (16) entries: segments of 4 let a decode
-// step use up to 4 threads per group. Dense rows get segments of 64 blocks (8K tokens at 128), so a
+// stays exact) on any machine. MSA rows have at most top-k (16) entries: segments of 8 let a decode
+// step use two threads per group (M3: 8 tasks); shorter segments cost prefill more than they give
+// decode (each fold touches the row's accumulators: 4 entries cost 8% of sparse prefill at 16K, 8
+// cost 5%, docs/BENCHMARKS.md §1). Dense rows get segments of 64 blocks (8K tokens at 128), so a
 // decode step at 1M keeps 128 partial states per group.
-int segment_blocks(bool sparse) { return sparse ? 4 : 64; }
+int segment_blocks(bool sparse) { return sparse ? 8 : 64; }
 
 // (M, L, O) <- the fold of (M, L, O) and a segment's (m, l, o), per head. A fresh (M = -inf, L = 0,
 // O = 0) folded with a segment gives that segment's state exactly.

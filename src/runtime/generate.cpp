@@ -68,7 +68,7 @@ GenerateStats generate(TextModel& model, KvCache& cache, const std::vector<int32
       ++st.forced_tokens;
     } else {
       const int vocab = opt.sample_vocab > 0 ? std::min(opt.sample_vocab, model.vocab_size()) : model.vocab_size();
-      next = sampler.sample(logits.data(), vocab, history);
+      next = sampler.sample(logits.data(), vocab, history, prompt.size());
     }
     history.push_back(next);
     ++st.generated_tokens;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "base/error.h"
@@ -16,6 +17,10 @@ void SamplingParams::validate() const {
   M3_CHECK(min_p >= 0.0f && min_p <= 1.0f, "min_p must be in [0, 1], got ", min_p);
   M3_CHECK(repetition_penalty > 0.0f, "repetition_penalty must be > 0, got ", repetition_penalty);
   M3_CHECK(repetition_window >= 0, "repetition_window must be >= 0");
+  M3_CHECK(presence_penalty >= -2.0f && presence_penalty <= 2.0f, "presence_penalty must be in [-2, 2], got ",
+           presence_penalty);
+  M3_CHECK(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f, "frequency_penalty must be in [-2, 2], got ",
+           frequency_penalty);
 }
 
 Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) { p_.validate(); }
@@ -27,7 +32,7 @@ int32_t argmax(const float* logits, int vocab) {
   return best;
 }
 
-int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_t>& history) {
+int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_t>& history, size_t output_start) {
   work_.assign(logits, logits + vocab);
   if (p_.repetition_penalty != 1.0f) {
     std::unordered_set<int32_t> seen;
@@ -37,6 +42,12 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
         float& l = work_[size_t(history[i])];
         l = l > 0 ? l / p_.repetition_penalty : l * p_.repetition_penalty;
       }
+  }
+  if (p_.presence_penalty != 0.0f || p_.frequency_penalty != 0.0f) {
+    std::unordered_map<int32_t, int> count;
+    for (size_t i = std::min(output_start, history.size()); i < history.size(); ++i)
+      if (history[i] >= 0 && history[i] < vocab) ++count[history[i]];
+    for (const auto& [id, c] : count) work_[size_t(id)] -= p_.frequency_penalty * float(c) + p_.presence_penalty;
   }
   if (p_.temperature == 0.0f) return argmax(work_.data(), vocab);
 

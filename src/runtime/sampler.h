@@ -1,6 +1,7 @@
 #pragma once
 // Turns logits into the next token. Greedy when temperature is 0; otherwise the usual chain:
-// repetition penalty -> top-k -> temperature -> top-p -> min-p -> draw (seeded, reproducible).
+// repetition penalty -> presence/frequency penalties -> top-k -> temperature -> top-p -> min-p ->
+// draw (seeded, reproducible).
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -14,6 +15,10 @@ struct SamplingParams {
   float min_p = 0.0f;               // 0: off; keep tokens with p >= min_p * p_max
   float repetition_penalty = 1.0f;  // 1: off; CTRL-style: divide positive logits, multiply negative
   int repetition_window = 256;      // how many recent tokens the penalty looks at
+  // OpenAI's: logit[t] -= frequency_penalty * count[t] + presence_penalty * (count[t] > 0), count
+  // over the generated tokens so far. 0: off; each in [-2, 2].
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
   uint64_t seed = 0;
 
   void validate() const;  // throws m3::Error naming the bad field
@@ -22,8 +27,9 @@ struct SamplingParams {
 class Sampler {
  public:
   explicit Sampler(SamplingParams p);
-  // logits (vocab); history = tokens so far (prompt + generated) for the repetition penalty.
-  int32_t sample(const float* logits, int vocab, const std::vector<int32_t>& history);
+  // logits (vocab); history = tokens so far (prompt + generated) for the repetition penalty;
+  // history[output_start..] are the generated ones (presence and frequency penalties).
+  int32_t sample(const float* logits, int vocab, const std::vector<int32_t>& history, size_t output_start);
 
  private:
   SamplingParams p_;

@@ -126,7 +126,7 @@ bool Generation::step(const float* logits, std::vector<int32_t>& feed) {
   feed.clear();
   unfed_ = 0;  // the scheduler fed what the last step returned
   if (generated_.empty()) first_token_ = std::chrono::steady_clock::now();
-  std::vector<int32_t> next = {sampler_.sample(logits, sample_vocab_, history_)};
+  std::vector<int32_t> next = {sampler_.sample(logits, sample_vocab_, history_, job_->prompt.size())};
   for (size_t i = 0; i < next.size(); ++i) {
     if (int64_t(generated_.size()) >= job_->max_tokens) return false;
     if (!accept(next[i], i == 0 ? logits : nullptr)) return false;

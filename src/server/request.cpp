@@ -82,9 +82,8 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
   }
   g.sampling.min_p = float(number_in(body, "min_p", 0.0, 1.0, 0.0));
   g.sampling.repetition_penalty = float(number_in(body, "repetition_penalty", 1e-3, 100.0, 1.0));
-  // OpenAI penalties are accepted only at their neutral value: we do not implement them.
-  for (const char* name : {"frequency_penalty", "presence_penalty"})
-    if (number_in(body, name, -2.0, 2.0, 0.0) != 0.0) bad(name, "not supported by this server (only 0)");
+  g.sampling.presence_penalty = float(number_in(body, "presence_penalty", -2.0, 2.0, 0.0));
+  g.sampling.frequency_penalty = float(number_in(body, "frequency_penalty", -2.0, 2.0, 0.0));
   if (const Json* v = field(body, "seed")) {
     if (!v->is_number_integer()) bad("seed", std::string("expected an integer, got ") + type_name(*v));
     g.sampling.seed = v->is_number_unsigned() ? v->get<uint64_t>() : uint64_t(v->get<int64_t>());

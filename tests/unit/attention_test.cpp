@@ -399,7 +399,7 @@ TEST(MsaAttention, Bf16CacheMatchesNaiveSpecOnRoundedValues) {
 }
 
 TEST(MsaAttention, DecodeSplitAcrossMoreThreadsThanGroupsMatchesNaiveSpec) {
-  // One row with more threads than KV groups: each group's segments (4 MSA entries, 64 dense
+  // One row with more threads than KV groups: each group's segments (8 MSA entries, 64 dense
   // blocks) run in parallel and are folded by log-sum-exp. A last segment of one entry, fewer
   // segments than threads, one segment only (dense over 2 blocks on 8 threads), a partial local block.
   uint32_t seed = 500;
@@ -427,7 +427,7 @@ TEST(MsaAttention, DecodeGivesThePrefillBitsOnAnyThreadCount) {
     for (DType dtype : {DType::F32, DType::BF16}) {
       std::mt19937 rng(sparse ? 21 : 22);
       const int block = 8, topk = 16, G = 2, Hg = 4, hd = 32, id = 16;
-      const int64_t T = 700;  // 88 blocks: dense rows fold two segments, MSA rows four
+      const int64_t T = 700;  // 88 blocks: dense rows fold two segments, MSA rows two
       KvCacheShape shape;
       shape.num_layers = 1;
       shape.block_size = block;

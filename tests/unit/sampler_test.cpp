@@ -11,7 +11,7 @@ using namespace m3;
 TEST(Sampler, GreedyPicksArgmaxWithSmallerIdOnTies) {
   Sampler s(SamplingParams{});
   const float logits[] = {1.0f, 3.0f, 3.0f, -1.0f};
-  EXPECT_EQ(s.sample(logits, 4, {}), 1);
+  EXPECT_EQ(s.sample(logits, 4, {}, 0), 1);
 }
 
 TEST(Sampler, SeedMakesDrawsReproducible) {
@@ -20,7 +20,7 @@ TEST(Sampler, SeedMakesDrawsReproducible) {
   p.seed = 42;
   const float logits[] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
   Sampler a(p), b(p);
-  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits, 5, {}), b.sample(logits, 5, {}));
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(a.sample(logits, 5, {}, 0), b.sample(logits, 5, {}, 0));
 }
 
 TEST(Sampler, TopKAndTopPAndMinPRestrictTheCandidates) {
@@ -28,7 +28,7 @@ TEST(Sampler, TopKAndTopPAndMinPRestrictTheCandidates) {
   auto draws = [&](SamplingParams p) {
     Sampler s(p);
     std::map<int, int> seen;
-    for (int i = 0; i < 400; ++i) seen[s.sample(logits, 5, {})]++;
+    for (int i = 0; i < 400; ++i) seen[s.sample(logits, 5, {}, 0)]++;
     return seen;
   };
   SamplingParams p;
@@ -49,7 +49,25 @@ TEST(Sampler, RepetitionPenaltyDemotesSeenTokens) {
   p.repetition_penalty = 2.0f;
   Sampler s(p);
   const float logits[] = {2.0f, 1.5f};
-  EXPECT_EQ(s.sample(logits, 2, {0}), 1);  // 2.0 / 2 = 1.0 < 1.5
+  EXPECT_EQ(s.sample(logits, 2, {0}, 0), 1);  // 2.0 / 2 = 1.0 < 1.5
+}
+
+TEST(Sampler, PresenceAndFrequencyPenaltiesCountOnlyGeneratedTokens) {
+  const float logits[] = {3.0f, 2.5f, 1.0f};
+  // Token 0 is in the prompt (history[0]) and was generated twice (history[2], history[3]).
+  const std::vector<int32_t> history = {0, 1, 0, 0};
+  SamplingParams p;
+  p.presence_penalty = 0.4f;  // 3.0 - 0.4 = 2.6 > 2.5: token 0 still wins
+  EXPECT_EQ(Sampler(p).sample(logits, 3, history, 2), 0);
+  p.frequency_penalty = 0.1f;  // 3.0 - 0.4 - 2 * 0.1 = 2.4 < 2.5
+  EXPECT_EQ(Sampler(p).sample(logits, 3, history, 2), 1);
+  p.presence_penalty = 0.0f;
+  p.frequency_penalty = 0.3f;  // token 0 counts 2 in the output: 3.0 - 0.6 = 2.4; token 1 is prompt only
+  EXPECT_EQ(Sampler(p).sample(logits, 3, history, 2), 1);
+  EXPECT_EQ(Sampler(p).sample(logits, 3, history, 4), 0);  // nothing generated yet: no penalty
+  p.frequency_penalty = -1.0f;  // negative values favour repeats
+  const float close[] = {1.0f, 2.5f};
+  EXPECT_EQ(Sampler(p).sample(close, 2, {0, 0}, 0), 0);  // 1.0 + 2 = 3.0 > 2.5
 }
 
 TEST(Sampler, RejectsBadParameters) {
@@ -58,6 +76,12 @@ TEST(Sampler, RejectsBadParameters) {
   EXPECT_THROW(p.validate(), Error);
   p = {};
   p.temperature = -1.0f;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.presence_penalty = 2.5f;
+  EXPECT_THROW(p.validate(), Error);
+  p = {};
+  p.frequency_penalty = -3.0f;
   EXPECT_THROW(p.validate(), Error);
 }
 

@@ -29,7 +29,8 @@ const char* kUser = R"("messages":[{"role":"user","content":"hi"}])";
 
 TEST(ServerRequest, ParsesAFullChatRequest) {
   auto r = parse_chat_request(parse_json_body(std::string("{") + kUser + R"(,
-      "temperature":0, "top_p":0.5, "max_tokens":7, "stop":["a","bc"], "seed":42, "stream":true,
+      "temperature":0, "top_p":0.5, "max_tokens":7, "stop":["a","bc"], "seed":42, "stream":true, "n":3,
+      "presence_penalty":0.25, "frequency_penalty":-0.5,
       "stream_options":{"include_usage":true}, "reasoning_effort":"high", "model":"x",
       "tools":[{"type":"function","function":{"name":"f","parameters":{}}}],
       "tool_choice":{"type":"function","function":{"name":"f"}}})"));
@@ -38,6 +39,9 @@ TEST(ServerRequest, ParsesAFullChatRequest) {
   EXPECT_EQ(r.gen.max_tokens, 7);
   EXPECT_EQ(r.gen.stop, (std::vector<std::string>{"a", "bc"}));
   EXPECT_EQ(r.gen.sampling.seed, 42u);
+  EXPECT_EQ(r.gen.sampling.presence_penalty, 0.25f);
+  EXPECT_EQ(r.gen.sampling.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.gen.n, 3);
   EXPECT_TRUE(r.gen.stream);
   EXPECT_TRUE(r.gen.include_usage);
   EXPECT_EQ(r.gen.model, "x");
@@ -100,7 +104,7 @@ TEST(ServerRequest, ErrorsNameTheField) {
        "tool_choice.function.name"},
       {std::string("{") + kUser + R"(,"reasoning_effort":"extreme"})", "reasoning_effort"},
       {std::string("{") + kUser + R"(,"chat_template_kwargs":{"thinking_mode":"maybe"}})", "chat_template_kwargs.thinking_mode"},
-      {std::string("{") + kUser + R"(,"frequency_penalty":0.5})", "frequency_penalty"},
+      {std::string("{") + kUser + R"(,"frequency_penalty":2.5})", "frequency_penalty"},
       {std::string("{") + kUser + R"(,"logprobs":true,"top_logprobs":21})", "top_logprobs"},
       {std::string("{") + kUser + R"(,"top_logprobs":2})", "top_logprobs"},
       {std::string("{") + kUser + R"(,"logprobs":"yes"})", "logprobs"},
