@@ -71,6 +71,19 @@ ids = run("tokenize", "-m", tiny, "--text", text).stdout.strip()
 back = run("tokenize", "-m", tiny, "--decode", "--text", ids).stdout
 check("tokenize round trip", back.rstrip("\n") == text, repr(back))
 
+# bench: one pp and one tg line per depth, in the order given; a smaller depth after a larger one
+# cuts the shared cache back (every depth is a prefix of the same fill text).
+import json  # noqa: E402
+b = run("bench", "-m", tiny, "-p", "16", "-n", "4", "-d", "0,96,40", "-r", "1", "--json")
+rows = [json.loads(l) for l in b.stdout.splitlines() if l.startswith("{")]
+check("bench --json gives pp and tg per depth",
+      [(r["test"], r["depth"]) for r in rows] == [("pp16", 0), ("tg4", 0), ("pp16", 96), ("tg4", 96), ("pp16", 40), ("tg4", 40)]
+      and all(r["tps"] > 0 for r in rows), b.stdout)
+check("presence/frequency penalties are sampling flags",
+      run("generate", "-m", tiny, "-p", "x", "-n", "4", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5").returncode == 0)
+check("a penalty out of range is one error line",
+      one_error_line(run("generate", "-m", tiny, "-p", "x", "--presence-penalty", "3", ok=False), "presence_penalty"))
+
 # Bad input: one line, exit 1.
 check("bad sampling flag", one_error_line(run("generate", "-m", tiny, "-p", "x", "--top-p", "0", ok=False), "top_p"))
 check("token outside the vocabulary", one_error_line(run("logits", "-m", tiny, "--tokens", "1,99999", "--out", a, ok=False), "99999", "vocabulary"))
