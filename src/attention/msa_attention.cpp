@@ -72,7 +72,7 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
 namespace {
 
 // Every row's attention is defined segment-wise, whatever the thread count or the batching: its
-// block list (ascending) is cut into segments of kSegment entries, each gets its own online softmax
+// block list (ascending) is cut into segments of segment_blocks() entries, each gets its own online softmax
 // from scratch, and the segments' states are folded by log-sum-exp in order. Prefill folds as it
 // walks; a decode step with spare threads computes the segments in parallel and folds them after,
 // in the same order with the same arithmetic, so both give the same bits (and prefix-cache reuse
@@ -191,8 +191,9 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   // row still sees its own blocks in ascending order, so its result does not depend on the tile
   // (decode, chunked and one-shot prefill give the same bits). Larger tiles share more blocks (with
   // scattered selections a page of an 8-row tile is used by about one row, so every use was a DRAM
-  // read); up to 128 rows the tile's accumulators (128 rows x 16 heads x 128 dims fp32 = 1 MiB) stay
-  // in L2. The tile still leaves at least two tasks per thread. Measured in docs/BENCHMARKS.md §1.
+  // read); up to 128 rows the tile's running accumulators (128 rows x 16 heads x 128 dims fp32 =
+  // 1 MiB) stay in L2 (the segment folds, touched once per segment, come on top). The tile still
+  // leaves at least two tasks per thread. Measured in docs/BENCHMARKS.md §1.
   const int64_t tile_rows = std::clamp<int64_t>(run.rows * G / (2 * int64_t(pool.size())), 8, 128);
   const int64_t tiles = (run.rows + tile_rows - 1) / tile_rows;
 
