@@ -56,6 +56,7 @@ struct Job {
   std::vector<int32_t> cache_key;
   std::string forced_text;  // already in `prompt`; fed to the output parser first
   bool opens_reasoning = false;   // the prompt ends inside an open thought
+  bool may_open_reasoning = false;  // adaptive thinking: the reply may start with a thought
   std::optional<int64_t> max_reasoning_tokens;  // chat: cap on reasoning tokens (reasoning_effort)
   Json tools;
   bool parse_tools = true;

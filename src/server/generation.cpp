@@ -49,6 +49,12 @@ Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange>
       history_(job_->prompt) {
   // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
   // only reasoning tokens to count (usage.completion_tokens_details).
+  if (job_->gen.json_object) {
+    json_.emplace();
+    token_text_.resize(size_t(sample_vocab_));
+    for (int t = 0; t < sample_vocab_; ++t)
+      if (t != end_of_turn && !tokenizer.is_special(t)) token_text_[size_t(t)] = tokenizer.token_bytes(t);
+  }
   if (chat_) {
     const bool forced = !job_->forced_text.empty();
     budget_.emplace(chat::ThinkingMarkers::from_tokenizer(tokenizer),
@@ -126,7 +132,11 @@ bool Generation::step(const float* logits, std::vector<int32_t>& feed) {
   feed.clear();
   unfed_ = 0;  // the scheduler fed what the last step returned
   if (generated_.empty()) first_token_ = std::chrono::steady_clock::now();
-  std::vector<int32_t> next = {sampler_.sample(logits, sample_vocab_, history_, job_->prompt.size())};
+  if (json_ && json_->complete()) {  // the object is closed: the answer ends here
+    hit_eot_ = true;
+    return false;
+  }
+  std::vector<int32_t> next = {sample_next(logits)};
   for (size_t i = 0; i < next.size(); ++i) {
     if (int64_t(generated_.size()) >= job_->max_tokens) return false;
     if (!accept(next[i], i == 0 ? logits : nullptr)) return false;
@@ -135,6 +145,29 @@ bool Generation::step(const float* logits, std::vector<int32_t>& feed) {
       for (int32_t forced : budget_->on_token(next[i])) next.push_back(forced);
   }
   return int64_t(generated_.size()) < job_->max_tokens;
+}
+
+int32_t Generation::sample_next(const float* logits) {
+  const size_t output_start = job_->prompt.size();
+  using Phase = chat::ThinkingBudget::Phase;
+  const Phase phase = budget_ ? budget_->phase() : Phase::Answer;
+  if (!json_) return sampler_.sample(logits, sample_vocab_, history_, output_start);
+  masked_.assign(logits, logits + sample_vocab_);
+  if (phase == Phase::Thinking) {  // the thought is free, but the turn may not end inside it
+    if (eot_ >= 0 && eot_ < sample_vocab_) masked_[size_t(eot_)] = -INFINITY;
+    return sampler_.sample(masked_.data(), sample_vocab_, history_, output_start);
+  }
+  // Tokens that continue the JSON text (special tokens never do); before anything is generated,
+  // with adaptive thinking, the model may still open a thought instead.
+  const int32_t think_open =
+      phase == Phase::Start && job_->may_open_reasoning ? tok_.token_id(chat::kThinkOpen).value_or(-1) : -1;
+  for (int t = 0; t < sample_vocab_; ++t) {
+    const std::string& text = token_text_[size_t(t)];
+    if (t != think_open && (text.empty() || !json_->accepts(text))) masked_[size_t(t)] = -INFINITY;
+  }
+  const int32_t id = sampler_.sample(masked_.data(), sample_vocab_, history_, output_start);
+  if (id != think_open) json_->feed(token_text_[size_t(id)]);
+  return id;
 }
 
 // OpenAI's entry for one sampled token: its log-probability under the model's distribution over

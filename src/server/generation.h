@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "chat/json_prefix.h"
 #include "chat/output_parser.h"
 #include "chat/thinking_budget.h"
 #include "runtime/sampler.h"
@@ -69,6 +70,9 @@ class Generation {
 
  private:
   bool accept(int32_t id, const float* logits);  // logits: of a sampled token (for logprobs); nullptr if forced
+  // The next token from the sampler; with response_format json_object, among the tokens that keep
+  // the answer a JSON object prefix (reasoning, before it, is free).
+  int32_t sample_next(const float* logits);
   void chunk(Json delta_or_text, const Json& finish_reason);
   void emit_deltas(const std::vector<chat::ChatDelta>& ds);
   void emit_text(const std::string& s);
@@ -95,6 +99,9 @@ class Generation {
   Json logprobs_ = Json::array();  // chat with logprobs: one entry per generated token (non-streaming)
   Json pending_logprob_;           // streaming: the entry of the token being emitted, sent with its first chunk
   std::optional<chat::ThinkingBudget> budget_;  // chat: counts reasoning tokens, enforces the cap
+  std::optional<chat::JsonPrefix> json_;       // response_format json_object: the answer so far
+  std::vector<std::string> token_text_;        // json_: the bytes of every sampleable token
+  std::vector<float> masked_;                  // json_: logits with the refused tokens at -inf
   int64_t unfed_ = 0;  // generated tokens not yet fed to the model (the cache lacks them)
   bool hit_eot_ = false, hit_stop_ = false;
   int64_t reused_ = 0;

@@ -265,6 +265,7 @@ class Server {
         job->cache_key = std::move(mp.cache_key);
       }
       job->opens_reasoning = prompt.opens_reasoning;
+      job->may_open_reasoning = r.thinking_mode == chat::ThinkingMode::Adaptive;
       job->forced_text = forced_tool_prefix(r.tool_choice, r.thinking_mode);
       job->max_reasoning_tokens = r.max_reasoning_tokens;
       // A zero reasoning budget in a prompt that opened the thought: close it right away.

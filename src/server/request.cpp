@@ -116,6 +116,14 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
   }
   g.stream = boolean(body, "stream", false);
   g.ignore_eos = boolean(body, "ignore_eos", false);
+  if (const Json* rf = field(body, "response_format")) {
+    const Json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (!type || !type->is_string()) bad("response_format", "expected an object with a string \"type\"");
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") g.json_object = true;
+    else if (t == "json_schema") bad("response_format", "json_schema is not supported (json_object and text are)");
+    else if (t != "text") bad("response_format", "type must be \"text\" or \"json_object\", got \"" + t + "\"");
+  }
   if (const Json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("stream_options", std::string("expected an object, got ") + type_name(*so));
     g.include_usage = boolean(*so, "include_usage", false, "stream_options.");

@@ -25,6 +25,7 @@ struct GenerationParams {
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
   bool ignore_eos = false;             // extension (vLLM name): do not stop at the end-of-turn token
+  bool json_object = false;            // response_format {"type": "json_object"}: the answer is one JSON object
   bool logprobs = false;               // chat: log-probabilities of the sampled tokens (raw model distribution)
   int top_logprobs = 0;                // chat: and of the this many most likely tokens at each step (0..20)
   int n = 1;                           // choices; choice i samples with seed + i
