@@ -78,4 +78,9 @@ done
   echo "/usr/bin/python3 scripts/bench_serve.py --m3 $m3 -m models/small --clients 4 --requests 4 --max-tokens 128 --prompt-words 40 --cache-mb 1024"
   echo '```'
   /usr/bin/python3 scripts/bench_serve.py --m3 "$m3" -m models/small --clients 4 --requests 4 --max-tokens 128 --prompt-words 40 --cache-mb 1024
+  echo
+  echo '```'
+  echo "$m3 bench json -m models/tiny"
+  echo '```'
+  $m3 bench json -m models/tiny
 } | tee "$out"

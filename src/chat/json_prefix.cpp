@@ -1,5 +1,7 @@
 #include "chat/json_prefix.h"
 
+#include <cmath>
+
 namespace m3::chat {
 
 namespace {
@@ -165,6 +167,14 @@ bool JsonPrefix::step(char c) {
       return is_ws(c);
   }
   return false;
+}
+
+void mask_json_tokens(const JsonPrefix& json, const std::vector<std::string>& token_text, float* logits,
+                      int32_t also_allowed) {
+  for (size_t t = 0; t < token_text.size(); ++t) {
+    const std::string& text = token_text[t];
+    if (int32_t(t) != also_allowed && (text.empty() || !json.accepts(text))) logits[t] = -INFINITY;
+  }
 }
 
 }  // namespace m3::chat

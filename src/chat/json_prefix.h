@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace m3::chat {
 
@@ -48,5 +49,11 @@ class JsonPrefix {
   std::string literal_;  // the rest of the literal being read
   std::string stack_;    // open containers, '{' or '['
 };
+
+// Sets logits[t] = -inf for every token t whose text cannot continue `json` (token_text[t]; an
+// empty text, e.g. a special token, never can), except `also_allowed` (-1: none). One pass over the
+// vocabulary: `m3 bench json` measures it.
+void mask_json_tokens(const JsonPrefix& json, const std::vector<std::string>& token_text, float* logits,
+                      int32_t also_allowed);
 
 }  // namespace m3::chat

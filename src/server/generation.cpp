@@ -53,7 +53,8 @@ Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange>
     json_.emplace();
     token_text_.resize(size_t(sample_vocab_));
     for (int t = 0; t < sample_vocab_; ++t)
-      if (t != end_of_turn && !tokenizer.is_special(t)) token_text_[size_t(t)] = tokenizer.token_bytes(t);
+      if (t != end_of_turn && !tokenizer.is_special(t) && tokenizer.has_token(t))
+        token_text_[size_t(t)] = tokenizer.token_bytes(t);
   }
   if (chat_) {
     const bool forced = !job_->forced_text.empty();
@@ -161,10 +162,7 @@ int32_t Generation::sample_next(const float* logits) {
   // with adaptive thinking, the model may still open a thought instead.
   const int32_t think_open =
       phase == Phase::Start && job_->may_open_reasoning ? tok_.token_id(chat::kThinkOpen).value_or(-1) : -1;
-  for (int t = 0; t < sample_vocab_; ++t) {
-    const std::string& text = token_text_[size_t(t)];
-    if (t != think_open && (text.empty() || !json_->accepts(text))) masked_[size_t(t)] = -INFINITY;
-  }
+  chat::mask_json_tokens(*json_, token_text_, masked_.data(), think_open);
   const int32_t id = sampler_.sample(masked_.data(), sample_vocab_, history_, output_start);
   if (id != think_open) json_->feed(token_text_[size_t(id)]);
   return id;

@@ -160,6 +160,10 @@ bool Tokenizer::is_special(int32_t id) const {
   return it != impl_->added_by_id.end() && it->second->special;
 }
 
+bool Tokenizer::has_token(int32_t id) const {
+  return impl_->added_by_id.count(id) > 0 || impl_->model.bytes_of(id) != nullptr;
+}
+
 int32_t Tokenizer::vocab_size() const { return impl_->vocab_size; }
 
 }  // namespace m3

@@ -28,6 +28,8 @@ class Tokenizer {
   // Throws m3::Error naming the token when tokenizer.json lacks it.
   int32_t require_token(std::string_view content) const;
   bool is_special(int32_t id) const;
+  // Whether the id stands for a token (a vocabulary may leave ids unused below vocab_size()).
+  bool has_token(int32_t id) const;
   // Largest id + 1 over the vocabulary and added tokens.
   int32_t vocab_size() const;
   // The raw bytes one token stands for (its text for added tokens).

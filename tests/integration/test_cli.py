@@ -79,6 +79,9 @@ rows = [json.loads(l) for l in b.stdout.splitlines() if l.startswith("{")]
 check("bench --json gives pp and tg per depth",
       [(r["test"], r["depth"]) for r in rows] == [("pp16", 0), ("tg4", 0), ("pp16", 96), ("tg4", 96), ("pp16", 40), ("tg4", 40)]
       and all(r["tps"] > 0 for r in rows), b.stdout)
+bj = run("bench", "json", "-m", tiny, "-r", "1", ok=False)
+check("bench json: the sample answer's tokens stay allowed under the JSON mask",
+      bj.returncode == 0 and "allowed tokens" in bj.stdout, bj.stdout + bj.stderr)
 check("presence/frequency penalties are sampling flags",
       run("generate", "-m", tiny, "-p", "x", "-n", "4", "--presence-penalty", "1.5", "--frequency-penalty", "-0.5").returncode == 0)
 check("a penalty out of range is one error line",

@@ -485,5 +485,23 @@ TEST(TokenizerJson, MutatedFilesNeverCrash) {
   }
 }
 
+TEST(Tokenizer, HasTokenSeesIdsLeftUnused) {
+  // An added token placed past the vocabulary leaves ids below vocab_size() that stand for nothing
+  // (o200k_base has such gaps): has_token tells them apart, token_bytes refuses them.
+  json j = json::parse(small_json());
+  const int32_t n = small_tokenizer().vocab_size();
+  j["added_tokens"].push_back({{"id", n + 3}, {"content", "<gap>"}, {"single_word", false}, {"lstrip", false},
+                               {"rstrip", false}, {"normalized", false}, {"special", true}});
+  const auto tok = load(j);
+  EXPECT_EQ(tok->vocab_size(), n + 4);
+  EXPECT_TRUE(tok->has_token(0));
+  EXPECT_TRUE(tok->has_token(n - 1));
+  EXPECT_FALSE(tok->has_token(n + 1));
+  EXPECT_TRUE(tok->has_token(n + 3));
+  EXPECT_FALSE(tok->has_token(-1));
+  EXPECT_FALSE(tok->has_token(n + 4));
+  EXPECT_THROW(tok->token_bytes(n + 1), Error);
+}
+
 }  // namespace
 }  // namespace m3

@@ -10,6 +10,7 @@
 
 #include "base/error.h"
 #include "commands.h"
+#include "tokenizer_path.h"
 #include "tokenizer/tokenizer.h"
 
 namespace m3::cli {
@@ -22,13 +23,6 @@ struct TokenizeOptions {
   bool special = false;
   bool decode = false;
 };
-
-// -m accepts a model folder (the usual case) or a tokenizer.json directly.
-std::string tokenizer_path(const std::string& model) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(model, ec)) return (std::filesystem::path(model) / "tokenizer.json").string();
-  return model;
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
