@@ -47,15 +47,15 @@ Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange>
       stops_(job_->gen.stop),
       sampler_(sampling_for_choice(job_->gen.sampling, index_)),
       history_(job_->prompt) {
-  // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
-  // only reasoning tokens to count (usage.completion_tokens_details).
-  if (job_->gen.json_object) {
+  if (job_->gen.json_object) {  // the text of every token the JSON mask may allow
     json_.emplace();
     token_text_.resize(size_t(sample_vocab_));
     for (int t = 0; t < sample_vocab_; ++t)
       if (t != end_of_turn && !tokenizer.is_special(t) && tokenizer.has_token(t))
         token_text_[size_t(t)] = tokenizer.token_bytes(t);
   }
+  // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
+  // only reasoning tokens to count (usage.completion_tokens_details).
   if (chat_) {
     const bool forced = !job_->forced_text.empty();
     budget_.emplace(chat::ThinkingMarkers::from_tokenizer(tokenizer),
