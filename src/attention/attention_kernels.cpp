@@ -1,7 +1,7 @@
 #include "attention/attention_kernels.h"
 #include "attention/attention_kernels_impl.h"
+#include "base/cpu_features.h"
 #include "base/dtype.h"
-#include "kernels/cpu_features.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "base/thread_pool.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace m3 {
 

@@ -8,7 +8,7 @@
 
 #include <time.h>
 
-#include "kernels/cpu_features.h"
+#include "base/cpu_features.h"
 
 namespace m3 {
 

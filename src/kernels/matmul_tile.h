@@ -19,9 +19,9 @@
 // changes nothing either.
 #include <cstdint>
 
+#include "base/cpu_features.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "kernels/cpu_features.h"
 #include "kernels/weight_matrix.h"
 
 namespace m3::matmul_detail {

@@ -7,8 +7,8 @@
 #include "base/thread_pool.h"
 #include "io/model_config.h"
 #include "kernels/rope.h"
+#include "memory/kv_cache.h"
 #include "model/text_weights.h"
-#include "runtime/kv_cache.h"
 
 namespace m3 {
 

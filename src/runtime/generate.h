@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "chat/thinking_budget.h"
+#include "memory/kv_cache.h"
 #include "model/text_model.h"
-#include "runtime/kv_cache.h"
 #include "runtime/sampler.h"
 
 namespace m3 {

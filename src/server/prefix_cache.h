@@ -18,7 +18,7 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace m3::server {
 

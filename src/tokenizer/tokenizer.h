@@ -57,10 +57,4 @@ class StreamingDecoder {
   std::string pending_;
 };
 
-// Builds the tokenizer.json that `m3 make-checkpoint` ships: a byte-level BPE learned on a
-// built-in text sample (256 byte tokens + `num_merges` merges), the M3 split regex, and every
-// M3 added token (spec §6) with ids following the base vocabulary. Deterministic; the merges for
-// n are a prefix of those for n + 1. Throws m3::Error past what the sample supports (~2300 merges).
-std::string make_small_tokenizer_json(int num_merges);
-
 }  // namespace m3

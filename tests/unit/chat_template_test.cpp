@@ -7,6 +7,7 @@
 #include "base/error.h"
 #include "chat/chat_template.h"
 #include "chat/tool_call_xml.h"
+#include "fixtures/bpe_trainer.h"
 #include "tokenizer/tokenizer.h"
 
 using namespace m3;

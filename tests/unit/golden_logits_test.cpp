@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cpu_features.h"
-#include "model/random_checkpoint.h"
+#include "base/cpu_features.h"
+#include "fixtures/random_checkpoint.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "vision/vision_tower.h"

@@ -8,7 +8,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "server/prefix_cache.h"
 
 using namespace m3;

@@ -11,8 +11,8 @@
 #include <tuple>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/thread_pool.h"
-#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/matmul_tile.h"
 

@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "base/error.h"
+#include "fixtures/random_checkpoint.h"
 #include "io/model_config.h"
-#include "model/random_checkpoint.h"
 
 namespace m3 {
 namespace {

@@ -3,7 +3,7 @@
 #include <map>
 
 #include "base/error.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 #include "runtime/sampler.h"
 
 using namespace m3;

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "model/random_checkpoint.h"
+#include "fixtures/random_checkpoint.h"
 #include "runtime/engine.h"
 
 namespace m3::test {

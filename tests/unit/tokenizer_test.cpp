@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "fixtures/bpe_trainer.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex_split.h"
 #include "tokenizer/tokenizer.h"

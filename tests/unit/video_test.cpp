@@ -12,7 +12,8 @@
 #include <random>
 
 #include "base/error.h"
-#include "model/random_checkpoint.h"
+#include "fixtures/bpe_trainer.h"
+#include "fixtures/random_checkpoint.h"
 #include "runtime/multimodal_prompt.h"
 #include "tokenizer/tokenizer.h"
 #include "vision/media_prompt.h"

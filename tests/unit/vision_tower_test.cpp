@@ -10,9 +10,9 @@
 
 #include "base/error.h"
 #include "base/thread_pool.h"
+#include "fixtures/random_checkpoint.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "model/random_checkpoint.h"
 #include "vision/vision_tower.h"
 
 using namespace m3;

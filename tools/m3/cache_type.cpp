@@ -1,7 +1,7 @@
 #include "cache_type.h"
 
 #include "base/error.h"
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 namespace m3::cli {
 

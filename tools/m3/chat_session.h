@@ -14,9 +14,9 @@
 #include "base/dtype.h"
 #include "chat/chat_delta.h"
 #include "chat/thinking_budget.h"
+#include "memory/kv_cache.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
-#include "runtime/kv_cache.h"
 #include "vision/media_prompt.h"
 
 namespace m3::cli {

@@ -15,13 +15,13 @@
 #include <string>
 #include <vector>
 
+#include "base/cpu_features.h"
 #include "base/dtype.h"
 #include "base/error.h"
 #include "base/machine_bounds.h"
 #include "base/thread_pool.h"
 #include "bench_util.h"
 #include "commands.h"
-#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 
 namespace m3::cli {

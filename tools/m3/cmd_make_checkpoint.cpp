@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
-#include "model/random_checkpoint.h"
+#include "fixtures/random_checkpoint.h"
 
 namespace m3::cli {
 

@@ -1,4 +1,4 @@
-#include "kernels/cpu_features.h"
+#include "base/cpu_features.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "runtime/kv_cache.h"
+#include "memory/kv_cache.h"
 
 #include <algorithm>
 #include <cstring>
