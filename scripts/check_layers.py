@@ -15,6 +15,7 @@ import sys
 # one line are one layer and do not include each other.
 LAYERS = [
     ["base"],
+    ["format"],  # weight formats: descriptors, LinearWeight, the registry
     ["io", "kernels", "tokenizer", "memory"],
     ["attention", "chat"],
     ["model", "vision"],

@@ -7,8 +7,8 @@ namespace m3 {
 size_t dtype_size(DType t) {
   switch (t) {
     case DType::BF16: case DType::F16: return 2;
-    case DType::F32: case DType::I32: return 4;
-    case DType::F8_E4M3: case DType::U8: return 1;
+    case DType::F32: case DType::U32: case DType::I32: return 4;
+    case DType::F8_E4M3: case DType::U8: case DType::I8: return 1;
     case DType::I64: return 8;
   }
   return 0;
@@ -21,6 +21,8 @@ std::string_view dtype_name(DType t) {
     case DType::F32: return "F32";
     case DType::F8_E4M3: return "F8_E4M3";
     case DType::U8: return "U8";
+    case DType::I8: return "I8";
+    case DType::U32: return "U32";
     case DType::I32: return "I32";
     case DType::I64: return "I64";
   }
@@ -28,7 +30,7 @@ std::string_view dtype_name(DType t) {
 }
 
 std::optional<DType> parse_dtype(std::string_view s) {
-  for (DType t : {DType::BF16, DType::F16, DType::F32, DType::F8_E4M3, DType::U8, DType::I32, DType::I64})
+  for (DType t : kAllDTypes)
     if (s == dtype_name(t)) return t;
   return std::nullopt;
 }

@@ -8,10 +8,13 @@
 
 namespace m3 {
 
-enum class DType { BF16, F16, F32, F8_E4M3, U8, I32, I64 };
+enum class DType { BF16, F16, F32, F8_E4M3, U8, I8, U32, I32, I64 };
+// Every DType, in enum order.
+inline constexpr DType kAllDTypes[] = {DType::BF16, DType::F16, DType::F32, DType::F8_E4M3, DType::U8,
+                                       DType::I8,   DType::U32, DType::I32, DType::I64};
 
 size_t dtype_size(DType t);
-// The safetensors spelling: "BF16", "F16", "F32", "F8_E4M3", "U8", "I32", "I64".
+// The safetensors spelling: "BF16", "F16", "F32", "F8_E4M3", "U8", "I8", "U32", "I32", "I64".
 std::string_view dtype_name(DType t);
 std::optional<DType> parse_dtype(std::string_view name);
 

@@ -32,7 +32,7 @@ constexpr const char* kIndexFile = "model.safetensors.index.json";
 
 std::string supported_dtypes() {
   std::string s;
-  for (DType t : {DType::BF16, DType::F16, DType::F32, DType::F8_E4M3, DType::U8, DType::I32, DType::I64}) {
+  for (DType t : kAllDTypes) {
     if (!s.empty()) s += ", ";
     s += dtype_name(t);
   }

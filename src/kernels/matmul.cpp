@@ -10,40 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "base/error.h"
 #include "kernels/matmul_tile.h"
 
 namespace m3 {
-
-void WeightMatrix::row_to_f32(int64_t r, float* out) const {
-  const uint8_t* p = row_ptr(r);
-  switch (dtype) {
-    case DType::BF16: {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-      for (int64_t c = 0; c < cols; ++c) out[c] = bf16_to_f32(h[c]);
-      break;
-    }
-    case DType::F16: {
-      const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-      for (int64_t c = 0; c < cols; ++c) out[c] = f16_to_f32(h[c]);
-      break;
-    }
-    case DType::F32: std::copy_n(reinterpret_cast<const float*>(p), cols, out); break;
-    default: break;  // the loader only builds WeightMatrix for the three types above
-  }
-}
-
-float WeightMatrix::at(int64_t r, int64_t c) const {
-  const uint8_t* p = row_ptr(r);
-  switch (dtype) {
-    case DType::BF16: return bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[c]);
-    case DType::F16: return f16_to_f32(reinterpret_cast<const uint16_t*>(p)[c]);
-    case DType::F32: return reinterpret_cast<const float*>(p)[c];
-    default: return 0.0f;
-  }
-}
 
 __attribute__((target_clones("avx512f", "avx2", "default")))
 float dot_f32(const float* a, const float* b, int64_t n) {
@@ -58,13 +31,16 @@ float dot_f32(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void matmul_ref(const float* x, int64_t M, const WeightMatrix& w, float* y) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t n = 0; n < w.rows; ++n) {
+void matmul_ref(const float* x, int64_t M, const LinearWeight& w, float* y) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t n = 0; n < w.rows; ++n) {
+    w.row_to_f32(n, row.data());
+    for (int64_t m = 0; m < M; ++m) {
       double s = 0.0;
-      for (int64_t k = 0; k < w.cols; ++k) s += double(x[m * w.cols + k]) * double(w.at(n, k));
+      for (int64_t k = 0; k < w.cols; ++k) s += double(x[m * w.cols + k]) * double(row[size_t(k)]);
       y[m * w.rows + n] = float(s);
     }
+  }
 }
 
 namespace matmul_detail {
@@ -233,10 +209,10 @@ int tile_rows(const TileKernels& kern, const MatmulPlan& plan, int64_t mrows) {
 
 // Weight rows [n0, n1) against the packed rows xp[0, mrows): y rows are mrows, N apart.
 void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp, int64_t mrows,
-               const WeightMatrix& w, float* y, int64_t n0, int64_t n1) {
+               const LinearWeight& w, float* y, int64_t n0, int64_t n1) {
   const int64_t N = w.rows, K = w.cols;
   const int64_t KB = (K + kBlock - 1) / kBlock, K32 = KB * kBlock;
-  const int64_t row_bytes = K * int64_t(dtype_size(w.dtype));
+  const int64_t row_bytes = K * int64_t(dtype_size(w.element()));
   const int mr = tile_rows(kern, plan, mrows);
   // The packed tile of x that starts at row m (a multiple of mr).
   auto x_tile = [&](int64_t m) { return xp + m * K32; };
@@ -262,7 +238,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
         a.y = y + m * N + n;
         a.y_stride = N;
         a.y_col_stride = row_step;
-        kern.run(w.dtype, int(std::min<int64_t>(mr, mrows - m)), nt, a);
+        kern.run(w.element(), int(std::min<int64_t>(mr, mrows - m)), nt, a);
       }
     };
     for (int64_t r = 0; r < run; ++r) tile(n0 + r, streams, run);
@@ -278,7 +254,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
   const int64_t nc = plan.weights_outer ? pnr : round_up(std::max<int64_t>(plan.nc, 1), pnr);
   const int64_t kcb = std::max<int64_t>(plan.kc_blocks, 1);
   const int64_t tiles_m = mc / pmr, tile_floats = int64_t(pmr) * pnr * kLanes;
-  const int block_bytes = kBlock * int(dtype_size(w.dtype));
+  const int block_bytes = kBlock * int(dtype_size(w.element()));
   float* lanes = thread_scratch(1, size_t(mc * nc * kLanes));
   float* panel = thread_scratch(2, size_t(pnr * kcb * kBlock));
 
@@ -288,7 +264,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
   auto chunk = [&](int64_t n, int nt, int64_t row_step, int64_t jt, int64_t mc0, int64_t mc1, int64_t kb0,
                    const uint8_t* next) {
     const int64_t kb1 = std::min(kb0 + kcb, KB);
-    kern.widen_rows(w.dtype, w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
+    kern.widen_rows(w.element(), w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
     for (int64_t m = mc0, it = 0; m < mc1; m += pmr, ++it) {
       PanelArgs a;
       a.x = x_tile(m) + kb0 * x_block_stride(m);
@@ -371,10 +347,9 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
 }
 
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
-                int64_t M, const WeightMatrix& w, float* y) {
+                int64_t M, const LinearWeight& w, float* y) {
   const TileKernels& kern = kernels_for(path);
-  M3_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F16 || w.dtype == DType::F32,
-           "matmul: weights must be BF16, F16 or F32, not ", dtype_name(w.dtype));
+  M3_CHECK(w.format->dense(), "matmul: the tile kernels take dense weights (bf16, f16, f32), not ", w.format->name);
   const int64_t N = w.rows, K = w.cols;
   if (M <= 0 || N <= 0) return;
   const int64_t K32 = round_up(K, kBlock);
@@ -387,7 +362,7 @@ void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const fl
     auto pack = [&](int64_t m0, int64_t m1) {
       for (int64_t m = m0; m < m1; ++m) {
         const int64_t tile = m / mr * mr, height = std::min<int64_t>(mr, mrows - tile);
-        pack_row(x + (rows ? int64_t(rows[c0 + m]) : c0 + m) * K, K, w.dtype, xp + tile * K32 + (m - tile) * kBlock,
+        pack_row(x + (rows ? int64_t(rows[c0 + m]) : c0 + m) * K, K, w.element(), xp + tile * K32 + (m - tile) * kBlock,
                  height * kBlock);
       }
     };
@@ -405,19 +380,72 @@ const TileKernels& generic_tile_kernels() { return kGeneric; }
 
 }  // namespace matmul_detail
 
-const char* matmul_kernel_name() { return cpu_path_name(cpu_active_path()); }
+namespace {
 
-void matmul(ThreadPool& pool, const float* x, int64_t M, const WeightMatrix& w, float* y) {
-  const CpuPath path = cpu_active_path();
-  matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, M, w.rows, w.cols), pool, x, nullptr, M,
-                            w, y);
+// The dense formats' kernel on every path: the tile kernels above with the default plan.
+void dense_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
+                  const LinearWeight& w, float* y) {
+  matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, M, w.rows, w.cols), pool, x, rows, M, w,
+                            y);
 }
 
-void matmul_gather(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const WeightMatrix& w,
-                   float* y) {
+struct KernelEntry {
+  const WeightFormat* format;
+  CpuPath path;
+  MatmulKernel kernel;
+};
+
+struct KernelRegistry {
+  std::mutex mu;
+  std::vector<KernelEntry> entries;
+  KernelRegistry() {
+    for (const WeightFormat* f : {&bf16_format(), &f16_format(), &f32_format()})
+      for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries.push_back({f, p, &dense_matmul});
+  }
+};
+KernelRegistry& kernel_registry() {
+  static KernelRegistry r;
+  return r;
+}
+
+void run_matmul(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const LinearWeight& w, float* y) {
   const CpuPath path = cpu_active_path();
-  matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, M, w.rows, w.cols), pool, x, rows, M,
-                            w, y);
+  const MatmulKernel k = find_matmul_kernel(*w.format, path);
+  M3_CHECK(k != nullptr, "matmul: no kernel for weight format ", w.format->name, " on the ", cpu_path_name(path),
+           " path");
+  k(path, pool, x, rows, M, w, y);
+}
+
+}  // namespace
+
+void register_matmul_kernel(const WeightFormat& format, CpuPath path, MatmulKernel kernel) {
+  KernelRegistry& r = kernel_registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  for (const KernelEntry& e : r.entries)
+    M3_CHECK(!(e.format == &format && e.path == path), "matmul: a ", cpu_path_name(path), " kernel for ", format.name,
+             " is registered already");
+  r.entries.push_back({&format, path, kernel});
+}
+
+MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path) {
+  KernelRegistry& r = kernel_registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  // The best registered path at or below the asked one (paths are ordered).
+  const KernelEntry* best = nullptr;
+  for (const KernelEntry& e : r.entries)
+    if (e.format == &format && e.path <= path && (best == nullptr || e.path > best->path)) best = &e;
+  return best != nullptr ? best->kernel : nullptr;
+}
+
+const char* matmul_kernel_name() { return cpu_path_name(cpu_active_path()); }
+
+void matmul(ThreadPool& pool, const float* x, int64_t M, const LinearWeight& w, float* y) {
+  run_matmul(pool, x, nullptr, M, w, y);
+}
+
+void matmul_gather(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const LinearWeight& w,
+                   float* y) {
+  run_matmul(pool, x, rows, M, w, y);
 }
 
 }  // namespace m3

@@ -22,7 +22,7 @@
 #include "base/cpu_features.h"
 #include "base/dtype.h"
 #include "base/thread_pool.h"
-#include "kernels/weight_matrix.h"
+#include "format/linear_weight.h"
 
 namespace m3::matmul_detail {
 
@@ -107,6 +107,6 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K);
 
 // The whole product on one path with one plan: y[i] = x[rows ? rows[i] : i] · Wᵀ.
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
-                int64_t M, const WeightMatrix& w, float* y);
+                int64_t M, const LinearWeight& w, float* y);
 
 }  // namespace m3::matmul_detail

@@ -2,6 +2,7 @@
 
 #include "base/error.h"
 #include "io/tensor_schema.h"
+#include "io/weight_binding.h"
 
 namespace m3 {
 
@@ -10,19 +11,8 @@ namespace {
 struct Binder {
   const TensorStore& store;
 
-  WeightMatrix matrix(const TensorSpec& s) const {
-    const TensorView& t = store.get(s.name, s.shape);
-    M3_CHECK(t.dtype == DType::BF16 || t.dtype == DType::F16 || t.dtype == DType::F32, store.source(), ": tensor ",
-             s.name, " has dtype ", dtype_name(t.dtype), ", expected BF16, F16 or F32");
-    return WeightMatrix{t.dtype, t.data, s.rows(), s.cols()};
-  }
-
-  std::vector<float> values(const TensorSpec& s) const {
-    const WeightMatrix m = matrix(s);
-    std::vector<float> out(static_cast<size_t>(s.numel()));
-    WeightMatrix{m.dtype, m.data, 1, s.numel()}.row_to_f32(0, out.data());
-    return out;
-  }
+  LinearWeight matrix(const TensorSpec& s) const { return bind_linear(store, s); }
+  std::vector<float> values(const TensorSpec& s) const { return read_f32_vector(store, s); }
 
   // Gemma norms store w centred at 0 and scale by (1 + w) (spec §3.2).
   std::vector<float> norm_scale(const TensorSpec& s) const {

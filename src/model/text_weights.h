@@ -5,24 +5,24 @@
 
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "kernels/weight_matrix.h"
+#include "format/linear_weight.h"
 
 namespace m3 {
 
 struct MlpWeights {  // SwiGLU-OAI MLP: down(act(gate(x), up(x)))
-  WeightMatrix gate, up, down;
+  LinearWeight gate, up, down;
 };
 
 struct AttentionWeights {
-  WeightMatrix q, k, v, o;
+  LinearWeight q, k, v, o;
   std::vector<float> q_norm_scale, k_norm_scale;  // (head_dim), 1 + w
   bool sparse = false;                            // MSA index branch present
-  WeightMatrix index_q, index_k;
+  LinearWeight index_q, index_k;
   std::vector<float> index_q_norm_scale, index_k_norm_scale;  // (index_dim)
 };
 
 struct MoeWeights {
-  WeightMatrix router;               // [experts, hidden], fp32 on disk
+  LinearWeight router;               // [experts, hidden], fp32 on disk
   std::vector<float> routing_bias;   // e_score_correction_bias (experts), selection only
   std::vector<MlpWeights> experts;
   bool has_shared = false;
@@ -38,14 +38,15 @@ struct LayerWeights {
 };
 
 struct TextWeights {
-  WeightMatrix embed;    // [vocab, hidden]
-  WeightMatrix lm_head;  // [vocab, hidden]
+  LinearWeight embed;    // [vocab, hidden]
+  LinearWeight lm_head;  // [vocab, hidden]
   std::vector<float> final_norm_scale;
   std::vector<LayerWeights> layers;
 };
 
-// Binds every tensor the config implies; throws m3::Error naming the tensor when one is missing,
-// has another shape than the config implies, or an unsupported dtype.
+// Binds every tensor of the schema (io/tensor_schema.h); matrices in any registered weight format.
+// Throws m3::Error naming the tensor when one is missing, has another shape than the config
+// implies, or is stored in no known format.
 TextWeights bind_text_weights(const TensorStore& store, const TextConfig& cfg);
 
 }  // namespace m3

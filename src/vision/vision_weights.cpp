@@ -4,24 +4,14 @@
 
 #include "base/error.h"
 #include "io/tensor_schema.h"
+#include "io/weight_binding.h"
 
 namespace m3::vision {
 
 namespace {
 
-WeightMatrix matrix(const TensorStore& store, const TensorSpec& s) {
-  const TensorView& t = store.get(s.name, s.shape);
-  M3_CHECK(t.dtype == DType::BF16 || t.dtype == DType::F16 || t.dtype == DType::F32, store.source(), ": tensor ",
-           t.name, " has dtype ", dtype_name(t.dtype), ", expected BF16, F16 or F32");
-  return WeightMatrix{t.dtype, t.data, s.rows(), s.cols()};
-}
-
-std::vector<float> vec(const TensorStore& store, const TensorSpec& s) {
-  const WeightMatrix m = matrix(store, s);
-  std::vector<float> out(static_cast<size_t>(s.numel()));
-  WeightMatrix{m.dtype, m.data, 1, s.numel()}.row_to_f32(0, out.data());
-  return out;
-}
+LinearWeight matrix(const TensorStore& store, const TensorSpec& s) { return bind_linear(store, s); }
+std::vector<float> vec(const TensorStore& store, const TensorSpec& s) { return read_f32_vector(store, s); }
 
 }  // namespace
 

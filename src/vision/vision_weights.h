@@ -6,12 +6,12 @@
 
 #include "io/model_config.h"
 #include "io/safetensors.h"
-#include "kernels/weight_matrix.h"
+#include "format/linear_weight.h"
 
 namespace m3::vision {
 
 struct Linear {  // y = x·Wᵀ + b
-  WeightMatrix w;
+  LinearWeight w;
   std::vector<float> b;  // (w.rows)
 };
 
@@ -28,7 +28,7 @@ struct VisionLayerWeights {
 struct VisionWeights {
   // Conv3d weight [vh, C, tp, P, P] seen as a [vh, C·tp·P·P] matrix: its (c, tp, ph, pw) order is
   // the order of the 1176 values inside a pixel_values row, so the conv is one GEMM.
-  WeightMatrix patch_embedding;
+  LinearWeight patch_embedding;
   LayerNormWeights pre_layrnorm;
   std::vector<VisionLayerWeights> layers;
   Linear projector_1, projector_2;  // multi_modal_projector: vh -> P -> P

@@ -46,7 +46,7 @@ TEST(Matmul, MatchesReferenceForEveryDtypeAndAwkwardShapes) {
       auto x = random_vec(rng, size_t(M * K));
       auto wf = random_vec(rng, size_t(N * K), 0.1f);
       auto wb = to_bytes(wf, t);
-      WeightMatrix w{t, wb.data(), N, K};
+      LinearWeight w = dense_weight(t, wb.data(), N, K);
       std::vector<float> y(size_t(M * N)), yr(size_t(M * N));
       matmul(pool, x.data(), M, w, y.data());
       matmul_ref(x.data(), M, w, yr.data());
@@ -60,7 +60,7 @@ TEST(Matmul, GatherPicksTheRequestedRows) {
   const int M = 6, N = 9, K = 20;
   auto x = random_vec(rng, size_t(M * K));
   auto wf = random_vec(rng, size_t(N * K));
-  WeightMatrix w{DType::F32, reinterpret_cast<const uint8_t*>(wf.data()), N, K};
+  LinearWeight w = dense_weight(DType::F32, reinterpret_cast<const uint8_t*>(wf.data()), N, K);
   std::vector<int32_t> rows = {4, 0, 4};
   std::vector<float> y(rows.size() * N), full(size_t(M * N));
   matmul_gather(pool, x.data(), rows.data(), int64_t(rows.size()), w, y.data());
@@ -74,7 +74,7 @@ TEST(Matmul, ResultIsIdenticalForAnyThreadCount) {
   const int M = 4, N = 77, K = 130;
   auto x = random_vec(rng, size_t(M * K));
   auto wb = to_bytes(random_vec(rng, size_t(N * K)), DType::BF16);
-  WeightMatrix w{DType::BF16, wb.data(), N, K};
+  LinearWeight w = dense_weight(DType::BF16, wb.data(), N, K);
   std::vector<float> y1(size_t(M * N)), y3(size_t(M * N));
   ThreadPool p1(1), p3(3);
   matmul(p1, x.data(), M, w, y1.data());

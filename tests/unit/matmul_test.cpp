@@ -51,12 +51,12 @@ std::vector<CpuPath> supported_paths() {
 // A weight matrix with its own storage, exactly N*K elements long (ASan sees any read past it).
 struct TestWeights {
   std::vector<uint8_t> bytes;
-  WeightMatrix w;
+  LinearWeight w;
   TestWeights(std::mt19937& rng, DType t, int64_t N, int64_t K)
-      : bytes(to_bytes(random_vec(rng, size_t(N * K), 0.1f), t)), w{t, bytes.data(), N, K} {}
+      : bytes(to_bytes(random_vec(rng, size_t(N * K), 0.1f), t)), w(dense_weight(t, bytes.data(), N, K)) {}
 };
 
-std::vector<float> run(CpuPath path, ThreadPool& pool, const std::vector<float>& x, int64_t M, const WeightMatrix& w,
+std::vector<float> run(CpuPath path, ThreadPool& pool, const std::vector<float>& x, int64_t M, const LinearWeight& w,
                        const MatmulPlan* plan = nullptr, const int32_t* rows = nullptr) {
   std::vector<float> y(size_t(M * w.rows), std::numeric_limits<float>::quiet_NaN());
   const MatmulPlan p = plan ? *plan : matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
@@ -216,7 +216,7 @@ TEST(Matmul, NeverReadsPastARow) {
         std::vector<float> wf(size_t(2 * K), 0.5f);
         for (int64_t k = K; k < 2 * K; ++k) wf[size_t(k)] = std::numeric_limits<float>::infinity();
         const auto bytes = to_bytes(wf, t);
-        const WeightMatrix w{t, bytes.data(), 2, K};
+        const LinearWeight w = dense_weight(t, bytes.data(), 2, K);
         const std::vector<float> x(size_t(3 * K), 1.0f);
         const auto y = run(path, pool, x, 3, w);
         for (int m = 0; m < 3; ++m) {
@@ -230,11 +230,11 @@ TEST(Matmul, EmptyShapes) {
   ThreadPool pool(2);
   std::vector<uint8_t> bytes(64, 0);
   for (CpuPath path : supported_paths()) {
-    const WeightMatrix none{DType::BF16, bytes.data(), 3, 0};  // K = 0: every output is 0
+    const LinearWeight none = dense_weight(DType::BF16, bytes.data(), 3, 0);  // K = 0: every output is 0
     std::vector<float> x(1, 1.0f);
     const auto y = run(path, pool, x, 2, none);
     for (float v : y) EXPECT_EQ(v, 0.0f);
-    const WeightMatrix w{DType::BF16, bytes.data(), 2, 4};
+    const LinearWeight w = dense_weight(DType::BF16, bytes.data(), 2, 4);
     EXPECT_NO_THROW(matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, 0, 2, 4), pool,
                                               x.data(), nullptr, 0, w, nullptr));
   }

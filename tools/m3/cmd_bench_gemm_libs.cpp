@@ -115,7 +115,7 @@ void register_bench_gemm_libs(CLI::App* bench) {
       for (auto& v : w) v = f32_to_bf16(0.05f * dist(rng));
       std::vector<float> wf(w.size());
       for (size_t i = 0; i < w.size(); ++i) wf[i] = bf16_to_f32(w[i]);
-      const WeightMatrix wm{DType::BF16, reinterpret_cast<const uint8_t*>(w.data()), N, K};
+      const LinearWeight wm = dense_weight(DType::BF16, reinterpret_cast<const uint8_t*>(w.data()), N, K);
       for (long long M : parse_int_list(a->ms, "--m")) {
         M3_CHECK(M >= 1, "--m: sizes must be >= 1");
         std::vector<float> x(static_cast<size_t>(M * K)), y(static_cast<size_t>(M * N));

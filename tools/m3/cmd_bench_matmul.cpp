@@ -106,7 +106,7 @@ void run_bench(const Options& o) {
       for (float& v : x) v = dist(rng);
       std::vector<double> times;
       for (int r = 0; r < reps + 1; ++r) {
-        const WeightMatrix w{DType::BF16, reinterpret_cast<const uint8_t*>(weights[size_t(r % copies)].data()), N, K};
+        const LinearWeight w = dense_weight(DType::BF16, reinterpret_cast<const uint8_t*>(weights[size_t(r % copies)].data()), N, K);
         const double t0 = clock.now();
         matmul(pool, x.data(), M, w, y.data());
         if (r > 0) times.push_back(clock.since(t0));  // the first run warms up

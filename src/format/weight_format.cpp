@@ -1,0 +1,94 @@
+#include "format/weight_format.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "base/error.h"
+#include "format/linear_weight.h"
+
+namespace m3 {
+
+namespace {
+
+void bf16_row(const LinearWeight& w, int64_t r, float* out) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w.row_ptr(r));
+  for (int64_t c = 0; c < w.cols; ++c) out[c] = bf16_to_f32(h[c]);
+}
+void f16_row(const LinearWeight& w, int64_t r, float* out) {
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(w.row_ptr(r));
+  for (int64_t c = 0; c < w.cols; ++c) out[c] = f16_to_f32(h[c]);
+}
+void f32_row(const LinearWeight& w, int64_t r, float* out) {
+  std::copy_n(reinterpret_cast<const float*>(w.row_ptr(r)), w.cols, out);
+}
+
+struct Registry {
+  std::mutex mu;
+  std::vector<const WeightFormat*> extra;  // registered, in order
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+const WeightFormat& bf16_format() {
+  static const WeightFormat f{"bf16", DType::BF16, 1, 1, {}, &bf16_row};
+  return f;
+}
+const WeightFormat& f16_format() {
+  static const WeightFormat f{"f16", DType::F16, 1, 1, {}, &f16_row};
+  return f;
+}
+const WeightFormat& f32_format() {
+  static const WeightFormat f{"f32", DType::F32, 1, 1, {}, &f32_row};
+  return f;
+}
+
+const WeightFormat* dense_format(DType dtype) {
+  switch (dtype) {
+    case DType::BF16: return &bf16_format();
+    case DType::F16: return &f16_format();
+    case DType::F32: return &f32_format();
+    default: return nullptr;
+  }
+}
+
+std::vector<const WeightFormat*> weight_formats() {
+  std::vector<const WeightFormat*> all = {&bf16_format(), &f16_format(), &f32_format()};
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  all.insert(all.end(), r.extra.begin(), r.extra.end());
+  return all;
+}
+
+const WeightFormat* find_weight_format(std::string_view name) {
+  for (const WeightFormat* f : weight_formats())
+    if (f->name == name) return f;
+  return nullptr;
+}
+
+void register_weight_format(const WeightFormat& format) {
+  M3_CHECK(format.dequantize_row != nullptr, "weight format ", format.name, ": no dequantize_row");
+  M3_CHECK(format.side.size() <= size_t(LinearWeight::kMaxSide), "weight format ", format.name, ": more than ",
+           LinearWeight::kMaxSide, " side tensors");
+  M3_CHECK(format.weights_per_element >= 1 && format.block_cols >= 1, "weight format ", format.name,
+           ": weights_per_element and block_cols must be >= 1");
+  M3_CHECK(find_weight_format(format.name) == nullptr, "weight format ", format.name, " is registered already");
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  r.extra.push_back(&format);
+}
+
+const WeightFormat* match_weight_format(DType element, const std::function<bool(const SideTensorSpec&)>& has_side) {
+  const WeightFormat* best = nullptr;
+  for (const WeightFormat* f : weight_formats()) {
+    if (f->element != element) continue;
+    if (!std::all_of(f->side.begin(), f->side.end(), has_side)) continue;
+    if (best == nullptr || f->side.size() > best->side.size()) best = f;
+  }
+  return best;
+}
+
+}  // namespace m3
