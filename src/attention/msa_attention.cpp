@@ -40,12 +40,12 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         // The next index page of this range is requested into L2 during this block's scoring.
         const bool pf = b + 1 < b1;
         const size_t page = size_t(id) * B * dtype_size(cache.dtype());
-        if (cache.dtype() == DType::BF16)
-          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t_bf16(layer, b), B, B, col.data(),
-                       pf ? cache.index_k_block_t_bf16(layer, b + 1) : nullptr, pf ? page : 0);
+        const CachePageView ik = cache.index_k_block_t(layer, b);
+        const void* next = pf ? cache.index_k_block_t(layer, b + 1).data : nullptr;
+        if (ik.dtype == DType::BF16)
+          qk_block_max(run.iq + r0 * G * id, int(nq), id, ik.as<uint16_t>(), B, B, col.data(), next, pf ? page : 0);
         else
-          qk_block_max(run.iq + r0 * G * id, int(nq), id, cache.index_k_block_t(layer, b), B, B, col.data(),
-                       pf ? cache.index_k_block_t(layer, b + 1) : nullptr, pf ? page : 0);
+          qk_block_max(run.iq + r0 * G * id, int(nq), id, ik.as<float>(), B, B, col.data(), next, pf ? page : 0);
         for (int64_t i = 0; i < nq; ++i)
           scores[size_t(((r0 - first_sparse_row) * G + i) * n_blocks + b)] = col[size_t(i)] * scale;
       }
@@ -118,12 +118,11 @@ void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, cons
       pv_accumulate(S, Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
     };
     const int64_t nb = more ? block_of(j + 1) : 0;
-    if (bf16)
-      attend(cache.k_block_t_bf16(layer, b, g), cache.v_block_bf16(layer, b, g),
-             more ? cache.k_block_t_bf16(layer, nb, g) : nullptr, more ? cache.v_block_bf16(layer, nb, g) : nullptr);
-    else
-      attend(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), more ? cache.k_block_t(layer, nb, g) : nullptr,
-             more ? cache.v_block(layer, nb, g) : nullptr);
+    const CachePageView kT = cache.k_block_t(layer, b, g), v = cache.v_block(layer, b, g);
+    const void* next_k = more ? cache.k_block_t(layer, nb, g).data : nullptr;
+    const void* next_v = more ? cache.v_block(layer, nb, g).data : nullptr;
+    if (bf16) attend(kT.as<uint16_t>(), v.as<uint16_t>(), next_k, next_v);
+    else attend(kT.as<float>(), v.as<float>(), next_k, next_v);
   }
 }
 
@@ -254,8 +253,8 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         const void* next_v = nullptr;
         if (end < uses.size()) {
           const int64_t nb = int64_t(uses[end] >> 32);
-          next_k = bf16 ? static_cast<const void*>(cache.k_block_t_bf16(layer, nb, g)) : cache.k_block_t(layer, nb, g);
-          next_v = bf16 ? static_cast<const void*>(cache.v_block_bf16(layer, nb, g)) : cache.v_block(layer, nb, g);
+          next_k = cache.k_block_t(layer, nb, g).data;
+          next_v = cache.v_block(layer, nb, g).data;
         }
         // kT, v: float or uint16_t (bf16) pages; the kernels widen bf16 on load.
         auto attend_block = [&](const auto* kT, const auto* v) {
@@ -272,8 +271,9 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
             next_k = next_v = nullptr;  // requested once per tile
           }
         };
-        if (bf16) attend_block(cache.k_block_t_bf16(layer, b, g), cache.v_block_bf16(layer, b, g));
-        else attend_block(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g));
+        const CachePageView kT = cache.k_block_t(layer, b, g), v = cache.v_block(layer, b, g);
+        if (bf16) attend_block(kT.as<uint16_t>(), v.as<uint16_t>());
+        else attend_block(kT.as<float>(), v.as<float>());
         u = end;
       }
       for (int64_t i = 0; i < nr; ++i) {

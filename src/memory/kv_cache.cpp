@@ -40,6 +40,10 @@ std::optional<DType> parse_cache_type(std::string_view name) {
 
 const char* cache_type_name(DType t) { return t == DType::BF16 ? "bf16" : "f32"; }
 
+void check_cache_page_type(DType have, DType want) {
+  M3_CHECK(have == want, "KvCache: the page holds ", cache_type_name(have), ", read as ", cache_type_name(want));
+}
+
 KvCache::KvCache(KvCacheShape shape) : shape_(std::move(shape)) {
   M3_CHECK(shape_.block_size > 0 && shape_.kv_heads > 0 && shape_.head_dim > 0, "KvCache: bad shape");
   M3_CHECK(shape_.dtype == DType::F32 || shape_.dtype == DType::BF16, "KvCache: the cache type must be f32 or bf16, not ",
@@ -48,21 +52,59 @@ KvCache::KvCache(KvCacheShape shape) : shape_(std::move(shape)) {
   index_pages_.resize(size_t(shape_.num_layers));
 }
 
-void KvCache::check_dtype(DType want, const char* what) const {
-  M3_CHECK(shape_.dtype == want, "KvCache::", what, ": the cache holds ", cache_type_name(shape_.dtype), ", not ",
-           cache_type_name(want));
+namespace {
+
+std::shared_ptr<std::byte[]> new_page(size_t bytes) { return std::shared_ptr<std::byte[]>(new std::byte[bytes]()); }
+
+std::shared_ptr<std::byte[]> copy_page(const std::shared_ptr<std::byte[]>& page, size_t bytes) {
+  std::shared_ptr<std::byte[]> c(new std::byte[bytes]);
+  std::memcpy(c.get(), page.get(), bytes);
+  return c;
 }
+
+}  // namespace
 
 void KvCache::ensure_capacity(int64_t tokens) {
   const int64_t blocks = (tokens + shape_.block_size - 1) / shape_.block_size;
   for (int l = 0; l < shape_.num_layers; ++l) {
     auto& kv = kv_pages_[size_t(l)];
-    while (int64_t(kv.size()) < blocks) kv.emplace_back(new std::byte[kv_page_elems() * elem_bytes()]());
+    while (int64_t(kv.size()) < blocks) kv.push_back(new_page(kv_page_elems() * elem_bytes()));
     if (shape_.layer_has_index[size_t(l)]) {
       auto& ix = index_pages_[size_t(l)];
-      while (int64_t(ix.size()) < blocks) ix.emplace_back(new std::byte[index_page_elems() * elem_bytes()]());
+      while (int64_t(ix.size()) < blocks) ix.push_back(new_page(index_page_elems() * elem_bytes()));
     }
   }
+}
+
+void KvCache::prepare_write(int64_t from, int64_t to) {
+  ensure_capacity(to);
+  if (to <= from) return;
+  const int64_t b0 = from / shape_.block_size, b1 = (to - 1) / shape_.block_size + 1;
+  auto unshare = [&](PageTable& table, size_t bytes) {
+    for (auto& layer : table)
+      for (int64_t b = b0; b < std::min<int64_t>(b1, int64_t(layer.size())); ++b)
+        if (layer[size_t(b)].use_count() > 1) layer[size_t(b)] = copy_page(layer[size_t(b)], bytes);
+  };
+  unshare(kv_pages_, kv_page_elems() * elem_bytes());
+  unshare(index_pages_, index_page_elems() * elem_bytes());
+}
+
+std::unique_ptr<KvCache> KvCache::prefix_of(const KvCache& src, int64_t tokens) {
+  M3_CHECK(tokens >= 0 && tokens <= src.length(), "KvCache::prefix_of: ", tokens, " > ", src.length(), " tokens");
+  auto dst = std::make_unique<KvCache>(src.shape_);
+  const int64_t B = src.shape_.block_size, whole = tokens / B, blocks = (tokens + B - 1) / B;
+  auto take = [&](const PageTable& from, PageTable& to, size_t bytes) {
+    for (size_t l = 0; l < from.size(); ++l) {
+      if (from[l].empty()) continue;  // a layer without index pages
+      for (int64_t b = 0; b < whole; ++b) to[l].push_back(from[l][size_t(b)]);
+      // The partial last block: the source goes on writing into it, so it is copied.
+      if (blocks > whole && int64_t(from[l].size()) > whole) to[l].push_back(copy_page(from[l][size_t(whole)], bytes));
+    }
+  };
+  take(src.kv_pages_, dst->kv_pages_, src.kv_page_elems() * src.elem_bytes());
+  take(src.index_pages_, dst->index_pages_, src.index_page_elems() * src.elem_bytes());
+  dst->length_ = tokens;
+  return dst;
 }
 
 void KvCache::set_length(int64_t n) {
@@ -95,6 +137,21 @@ uint64_t KvCache::bytes() const {
   return b;
 }
 
+void KvCache::collect_pages(std::unordered_map<const void*, size_t>& pages) const {
+  for (const auto& l : kv_pages_)
+    for (const Page& p : l) pages.emplace(p.get(), kv_page_elems() * elem_bytes());
+  for (const auto& l : index_pages_)
+    for (const Page& p : l) pages.emplace(p.get(), index_page_elems() * elem_bytes());
+}
+
+int64_t KvCache::shared_pages() const {
+  int64_t n = 0;
+  for (const PageTable* t : {&kv_pages_, &index_pages_})
+    for (const auto& l : *t)
+      for (const Page& p : l) n += p.use_count() > 1;
+  return n;
+}
+
 size_t KvCache::kv_offset(int kv_head, int which) const {
   const size_t half = size_t(shape_.kv_heads) * shape_.block_size * shape_.head_dim;
   return which * half + size_t(kv_head) * shape_.block_size * shape_.head_dim;
@@ -103,7 +160,9 @@ size_t KvCache::kv_offset(int kv_head, int which) const {
 void KvCache::write_kv(int layer, int64_t pos, int kv_head, const float* k, const float* v) {
   const int64_t block = pos / shape_.block_size;
   const int s = int(pos % shape_.block_size), B = shape_.block_size, hd = shape_.head_dim;
-  std::byte* page = kv_pages_[size_t(layer)][size_t(block)].get();
+  const Page& shared = kv_pages_[size_t(layer)][size_t(block)];
+  M3_CHECK(shared.use_count() == 1, "KvCache::write_kv: block ", block, " is shared (call prepare_write first)");
+  std::byte* page = shared.get();
   const size_t kt = kv_offset(kv_head, 0), vs = kv_offset(kv_head, 1) + size_t(s) * hd;  // K [hd][B], V row s
   for (int d = 0; d < hd; ++d) store_elem(page, shape_.dtype, kt + size_t(d) * B + s, k[d]);
   for (int d = 0; d < hd; ++d) store_elem(page, shape_.dtype, vs + size_t(d), v[d]);
@@ -121,7 +180,9 @@ void KvCache::read_kv(int layer, int64_t pos, int kv_head, float* k, float* v) c
 void KvCache::write_index_k(int layer, int64_t pos, const float* ik) {
   const int64_t block = pos / shape_.block_size;
   const int s = int(pos % shape_.block_size), B = shape_.block_size;
-  std::byte* page = index_pages_[size_t(layer)][size_t(block)].get();
+  const Page& shared = index_pages_[size_t(layer)][size_t(block)];
+  M3_CHECK(shared.use_count() == 1, "KvCache::write_index_k: block ", block, " is shared (call prepare_write first)");
+  std::byte* page = shared.get();
   for (int d = 0; d < shape_.index_dim; ++d) store_elem(page, shape_.dtype, size_t(d) * B + s, ik[d]);
 }
 
@@ -134,29 +195,15 @@ void KvCache::read_index_k(int layer, int64_t pos, float* ik) const {
 
 // The pages are allocated as bytes by operator new[] (aligned for any scalar), and each holds only
 // elements of the cache's one dtype, so viewing them as float or uint16_t arrays is sound.
-const float* KvCache::k_block_t(int layer, int64_t block, int kv_head) const {
-  check_dtype(DType::F32, "k_block_t");
-  return reinterpret_cast<const float*>(kv_page(layer, block)) + kv_offset(kv_head, 0);
+CachePageView KvCache::view(const std::byte* page, size_t elem_offset) const {
+  return CachePageView{page + elem_offset * elem_bytes(), shape_.dtype};
 }
-const uint16_t* KvCache::k_block_t_bf16(int layer, int64_t block, int kv_head) const {
-  check_dtype(DType::BF16, "k_block_t_bf16");
-  return reinterpret_cast<const uint16_t*>(kv_page(layer, block)) + kv_offset(kv_head, 0);
+CachePageView KvCache::k_block_t(int layer, int64_t block, int kv_head) const {
+  return view(kv_page(layer, block), kv_offset(kv_head, 0));
 }
-const float* KvCache::v_block(int layer, int64_t block, int kv_head) const {
-  check_dtype(DType::F32, "v_block");
-  return reinterpret_cast<const float*>(kv_page(layer, block)) + kv_offset(kv_head, 1);
+CachePageView KvCache::v_block(int layer, int64_t block, int kv_head) const {
+  return view(kv_page(layer, block), kv_offset(kv_head, 1));
 }
-const uint16_t* KvCache::v_block_bf16(int layer, int64_t block, int kv_head) const {
-  check_dtype(DType::BF16, "v_block_bf16");
-  return reinterpret_cast<const uint16_t*>(kv_page(layer, block)) + kv_offset(kv_head, 1);
-}
-const float* KvCache::index_k_block_t(int layer, int64_t block) const {
-  check_dtype(DType::F32, "index_k_block_t");
-  return reinterpret_cast<const float*>(index_page(layer, block));
-}
-const uint16_t* KvCache::index_k_block_t_bf16(int layer, int64_t block) const {
-  check_dtype(DType::BF16, "index_k_block_t_bf16");
-  return reinterpret_cast<const uint16_t*>(index_page(layer, block));
-}
+CachePageView KvCache::index_k_block_t(int layer, int64_t block) const { return view(index_page(layer, block), 0); }
 
 }  // namespace m3

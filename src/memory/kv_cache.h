@@ -7,11 +7,18 @@
 // Element type: fp32 (default) or bf16 (the spec's reference cache dtype, §2.6; --cache-type bf16).
 // A bf16 cache rounds K, V and index keys to nearest even when they are written, and the attention
 // kernels widen them back to fp32 on load, so only the stored values lose precision, never the math.
+//
+// Pages are reference-counted: caches made by prefix_of() share the pages of the prefix's whole
+// blocks with their source (a system prompt's K/V is held once however many sequences use it), and
+// a page is copied only when a shared page must be written (copy on write, in prepare_write).
+// A cache is used by one thread at a time; caches that share pages may be used by different threads.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <type_traits>
+#include <unordered_map>
 #include <vector>
 
 #include "base/dtype.h"
@@ -28,22 +35,47 @@ struct KvCacheShape {
   DType dtype = DType::F32;           // F32 or BF16, for K, V and index-K alike
 };
 
+// Throws m3::Error when a page of type `have` is read as `want`.
+void check_cache_page_type(DType have, DType want);
+
 // The --cache-type spellings: "f32", "bf16".
 std::optional<DType> parse_cache_type(std::string_view name);
 const char* cache_type_name(DType t);
 
+// A page of one block (or part of it) with its element type: float for an F32 cache, the 16-bit
+// patterns for a BF16 one. as<T>() checks that T is the page's type.
+struct CachePageView {
+  const std::byte* data = nullptr;
+  DType dtype = DType::F32;
+
+  template <typename T>
+  const T* as() const;
+};
+
 class KvCache {
  public:
   explicit KvCache(KvCacheShape shape);
+
+  // A new cache holding the first `tokens` positions of `src` (tokens <= src.length()): the pages of
+  // whole blocks are shared, a partial last block is copied.
+  static std::unique_ptr<KvCache> prefix_of(const KvCache& src, int64_t tokens);
 
   const KvCacheShape& shape() const { return shape_; }
   DType dtype() const { return shape_.dtype; }
   int64_t length() const { return length_; }      // tokens whose K/V are stored
   void set_length(int64_t n);                      // after a forward pass wrote positions < n
   void ensure_capacity(int64_t tokens);            // pages for positions < tokens
-  void truncate(int64_t tokens);                   // forget positions >= tokens (frees whole pages)
+  // Before positions [from, to) are written: pages for them exist and none is shared.
+  void prepare_write(int64_t from, int64_t to);
+  void truncate(int64_t tokens);                   // forget positions >= tokens (drops whole pages)
   int64_t num_pages() const;
+  // Bytes of the pages this cache holds, shared pages counted in full.
   uint64_t bytes() const;
+  // Adds every page this cache holds to `pages` (identity -> bytes): the bytes several caches
+  // really use are those of the union of their pages (what /metrics reports).
+  void collect_pages(std::unordered_map<const void*, size_t>& pages) const;
+  // Pages this cache shares with at least one other cache.
+  int64_t shared_pages() const;
 
   // Stores the key and value (head_dim each) of one token and KV head, rounded to the cache dtype.
   void write_kv(int layer, int64_t pos, int kv_head, const float* k, const float* v);
@@ -52,32 +84,37 @@ class KvCache {
   void read_kv(int layer, int64_t pos, int kv_head, float* k, float* v) const;
   void read_index_k(int layer, int64_t pos, float* ik) const;
 
-  // Raw pages for the kernels. The float accessors need an F32 cache, the _bf16 ones a BF16 cache
-  // (bf16 values as their 16-bit patterns).
-  // Keys of one block and KV head, transposed: [head_dim][block_size].
-  const float* k_block_t(int layer, int64_t block, int kv_head) const;
-  const uint16_t* k_block_t_bf16(int layer, int64_t block, int kv_head) const;
+  // Pages for the kernels. Keys of one block and KV head, transposed: [head_dim][block_size].
+  CachePageView k_block_t(int layer, int64_t block, int kv_head) const;
   // Values of one block and KV head: [block_size][head_dim].
-  const float* v_block(int layer, int64_t block, int kv_head) const;
-  const uint16_t* v_block_bf16(int layer, int64_t block, int kv_head) const;
+  CachePageView v_block(int layer, int64_t block, int kv_head) const;
   // Index keys of one block, transposed: [index_dim][block_size].
-  const float* index_k_block_t(int layer, int64_t block) const;
-  const uint16_t* index_k_block_t_bf16(int layer, int64_t block) const;
+  CachePageView index_k_block_t(int layer, int64_t block) const;
 
  private:
   // Element offset of (kv_head, which = 0 K / 1 V) inside a KV page.
   size_t kv_offset(int kv_head, int which) const;
+  using Page = std::shared_ptr<std::byte[]>;
+  using PageTable = std::vector<std::vector<Page>>;  // [layer][block]
   const std::byte* kv_page(int layer, int64_t block) const { return kv_pages_[size_t(layer)][size_t(block)].get(); }
   const std::byte* index_page(int layer, int64_t block) const { return index_pages_[size_t(layer)][size_t(block)].get(); }
+  CachePageView view(const std::byte* page, size_t elem_offset) const;
   size_t kv_page_elems() const { return size_t(2) * shape_.kv_heads * shape_.block_size * shape_.head_dim; }
   size_t index_page_elems() const { return size_t(shape_.block_size) * shape_.index_dim; }
   size_t elem_bytes() const { return dtype_size(shape_.dtype); }
-  void check_dtype(DType want, const char* what) const;
 
   KvCacheShape shape_;
   int64_t length_ = 0;
-  std::vector<std::vector<std::unique_ptr<std::byte[]>>> kv_pages_;     // [layer][block]
-  std::vector<std::vector<std::unique_ptr<std::byte[]>>> index_pages_;  // [layer][block], MSA layers only
+  PageTable kv_pages_;
+  PageTable index_pages_;  // MSA layers only
 };
+
+template <typename T>
+const T* CachePageView::as() const {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>, "cache pages hold float or bf16 bits");
+  const DType want = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
+  check_cache_page_type(dtype, want);
+  return reinterpret_cast<const T*>(data);
+}
 
 }  // namespace m3

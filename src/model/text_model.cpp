@@ -73,7 +73,7 @@ void TextModel::forward_batch(const std::vector<BatchInput>& inputs) {
     if (in.tokens) embed(in.tokens, in.n, xs);
     else std::copy(in.embeddings, in.embeddings + in.n * H, xs);
     std::iota(positions.begin() + s.row0, positions.begin() + s.row0 + s.rows, s.first_pos);
-    in.cache->ensure_capacity(s.first_pos + s.rows);
+    in.cache->prepare_write(s.first_pos, s.first_pos + s.rows);
   }
   RopeTable rope(cfg_.rope_theta, cfg_.rotary_dim);
   rope.build(positions.data(), R);

@@ -1,6 +1,7 @@
 #include "server/prefix_cache.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 #include "base/error.h"
 
@@ -9,8 +10,11 @@ namespace m3::server {
 PrefixCache::PrefixCache(KvCacheShape shape, uint64_t budget_bytes) : shape_(std::move(shape)), budget_(budget_bytes) {}
 
 uint64_t PrefixCache::bytes() const {
+  // Entries share the pages of common prefixes: each page counts once.
+  std::unordered_map<const void*, size_t> pages;
+  for (const auto& e : entries_) e.cache->collect_pages(pages);
   uint64_t b = 0;
-  for (const auto& e : entries_) b += e.cache->bytes();
+  for (const auto& [page, n] : pages) b += n;
   return b;
 }
 
@@ -42,7 +46,7 @@ PrefixCache::Lease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
     entries_.erase(best);
     lease.cache->truncate(best_reuse);
   } else {
-    lease.cache = copy_cache_prefix(*best->cache, best_reuse);
+    lease.cache = KvCache::prefix_of(*best->cache, best_reuse);
     entries_.splice(entries_.begin(), entries_, best);  // used: move to the front
   }
   return lease;
@@ -62,36 +66,7 @@ void PrefixCache::release(std::unique_ptr<KvCache> cache, std::vector<int32_t> t
 }
 
 void PrefixCache::evict_to_budget() {
-  uint64_t total = bytes();
-  while (!entries_.empty() && total > budget_) {
-    total -= entries_.back().cache->bytes();
-    entries_.pop_back();
-  }
-}
-
-std::unique_ptr<KvCache> copy_cache_prefix(const KvCache& src, int64_t tokens) {
-  const KvCacheShape& s = src.shape();
-  M3_CHECK(tokens >= 0 && tokens <= src.length(), "copy_cache_prefix: ", tokens, " > ", src.length());
-  auto dst = std::make_unique<KvCache>(s);
-  dst->ensure_capacity(tokens);
-  const int hd = s.head_dim;
-  std::vector<float> k(static_cast<size_t>(hd)), v(static_cast<size_t>(hd)), ik(static_cast<size_t>(s.index_dim));
-  for (int l = 0; l < s.num_layers; ++l) {
-    const bool has_index = size_t(l) < s.layer_has_index.size() && s.layer_has_index[size_t(l)];
-    for (int64_t pos = 0; pos < tokens; ++pos) {
-      // Widened and stored again in the same dtype: exact for f32 and bf16 caches alike.
-      for (int h = 0; h < s.kv_heads; ++h) {
-        src.read_kv(l, pos, h, k.data(), v.data());
-        dst->write_kv(l, pos, h, k.data(), v.data());
-      }
-      if (has_index) {
-        src.read_index_k(l, pos, ik.data());
-        dst->write_index_k(l, pos, ik.data());
-      }
-    }
-  }
-  dst->set_length(tokens);
-  return dst;
+  while (!entries_.empty() && bytes() > budget_) entries_.pop_back();
 }
 
 }  // namespace m3::server

@@ -10,8 +10,10 @@
 // cache (see docs/ARCHITECTURE.md), so logits with reuse equal logits without.
 //
 // When the prompt extends an entry (reuse reaches into its last whole block), the entry itself is
-// taken over and truncated; otherwise the reused positions are copied so the other sequence (e.g. a
-// different conversation sharing the system prompt) stays cached. Not thread-safe: the engine
+// taken over and truncated; otherwise the new sequence gets a cache that shares the entry's pages of
+// the reused whole blocks (KvCache::prefix_of; only a partial last block is copied), so the other
+// sequence (e.g. a different conversation sharing the system prompt) stays cached at no extra
+// memory. bytes() counts every page once, however many entries hold it. Not thread-safe: the engine
 // worker alone uses it.
 #include <cstdint>
 #include <list>
@@ -49,8 +51,5 @@ class PrefixCache {
   uint64_t budget_;
   std::list<Entry> entries_;  // most recently used first
 };
-
-// A new cache holding the first `tokens` positions of `src` (tokens <= src.length()).
-std::unique_ptr<KvCache> copy_cache_prefix(const KvCache& src, int64_t tokens);
 
 }  // namespace m3::server

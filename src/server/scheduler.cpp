@@ -189,12 +189,12 @@ void Scheduler::run_step() {
     s.fed += size_t(inputs[k].n);
     if (inputs[k].which != LogitsFor::Last) continue;
     if (!s.decoding && s.gen->group()) {
-      // The prompt is in the cache: the choice's waiting siblings copy it and start from its logits.
+      // The prompt is in the cache: the choice's waiting siblings share its pages and start from its logits.
       for (Sequence& f : running_) {
         if (!f.waits_for_leader || f.done || f.gen->group() != s.gen->group()) continue;
         f.waits_for_leader = false;
         try {
-          f.cache = copy_cache_prefix(*s.cache, s.cache->length());
+          f.cache = KvCache::prefix_of(*s.cache, s.cache->length());
         } catch (const std::exception& e) {
           f.error = e.what();
           f.done = true;

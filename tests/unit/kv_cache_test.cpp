@@ -1,15 +1,16 @@
-// The bf16 KV cache: values are rounded to nearest even when written, read back widened, pages
-// are half the bytes of an fp32 cache, and copying a prefix (server prefix cache) keeps every bit.
+// The KV cache: bf16 values are rounded to nearest even when written, read back widened, pages are
+// half the bytes of an fp32 cache; a prefix cache shares its source's whole pages, keeps every
+// bit, and a write never reaches a page another cache holds (copy on write).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <unordered_map>
 
 #include "base/dtype.h"
 #include "base/error.h"
 #include "memory/kv_cache.h"
-#include "server/prefix_cache.h"
 
 using namespace m3;
 
@@ -72,11 +73,11 @@ TEST(KvCacheBf16, WritesRoundToNearestEvenInTheSameLayout) {
   const float k[3] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, from_bits(0x3f808001u)};
   const float v[3] = {-2.0f, 1e-3f, 65504.0f};
   c.write_kv(1, 6, 1, k, v);  // block 1, slot 2
-  const uint16_t* kt = c.k_block_t_bf16(1, 1, 1);
+  const uint16_t* kt = c.k_block_t(1, 1, 1).as<uint16_t>();
   EXPECT_EQ(kt[0 * 4 + 2], f32_to_bf16(1.0f));  // K transposed: [dim][slot]
   EXPECT_EQ(bf16_to_f32(kt[1 * 4 + 2]), 1.0f + 0x1p-6f);
   EXPECT_EQ(kt[2 * 4 + 2], 0x3f81u);
-  const uint16_t* vb = c.v_block_bf16(1, 1, 1);
+  const uint16_t* vb = c.v_block(1, 1, 1).as<uint16_t>();
   EXPECT_EQ(vb[2 * 3 + 0], f32_to_bf16(-2.0f));  // V natural: [slot][dim]
   EXPECT_EQ(vb[2 * 3 + 1], f32_to_bf16(1e-3f));
   float rk[3], rv[3];
@@ -87,10 +88,11 @@ TEST(KvCacheBf16, WritesRoundToNearestEvenInTheSameLayout) {
   }
   const float ik[5] = {0, 0, 0, 0, 3.14159f};
   c.write_index_k(1, 5, ik);  // block 1, slot 1
-  EXPECT_EQ(bf16_to_f32(c.index_k_block_t_bf16(1, 1)[4 * 4 + 1]), round_to_bf16(3.14159f));
-  // The fp32 views are for fp32 caches only.
-  EXPECT_THROW(c.k_block_t(1, 1, 1), Error);
-  EXPECT_THROW(c.index_k_block_t(1, 1), Error);
+  EXPECT_EQ(bf16_to_f32(c.index_k_block_t(1, 1).as<uint16_t>()[4 * 4 + 1]), round_to_bf16(3.14159f));
+  // A page view carries its element type: a bf16 page is not read as floats.
+  EXPECT_EQ(c.k_block_t(1, 1, 1).dtype, DType::BF16);
+  EXPECT_THROW(c.k_block_t(1, 1, 1).as<float>(), Error);
+  EXPECT_THROW(c.index_k_block_t(1, 1).as<float>(), Error);
 }
 
 TEST(KvCacheBf16, Fp32CacheStoresExactlyAndBf16HalvesTheBytes) {
@@ -107,20 +109,20 @@ TEST(KvCacheBf16, Fp32CacheStoresExactlyAndBf16HalvesTheBytes) {
       for (int d = 0; d < 3; ++d) {
         EXPECT_EQ(bk[d], round_to_bf16(fk[d]));
         EXPECT_EQ(bv[d], round_to_bf16(fv[d]));
-        EXPECT_EQ(fk[d], f.k_block_t(0, p / 4, h)[d * 4 + p % 4]);
+        EXPECT_EQ(fk[d], f.k_block_t(0, p / 4, h).as<float>()[d * 4 + p % 4]);
       }
       f.read_index_k(1, p, fi);
       b.read_index_k(1, p, bi);
       for (int d = 0; d < 5; ++d) EXPECT_EQ(bi[d], round_to_bf16(fi[d]));
     }
-  EXPECT_THROW(f.v_block_bf16(0, 0, 0), Error);
+  EXPECT_THROW(f.v_block(0, 0, 0).as<uint16_t>(), Error);
 }
 
 TEST(KvCacheBf16, CopiedPrefixKeepsEveryBit) {
   for (DType t : {DType::F32, DType::BF16}) {
     KvCache src(shape_of(t));
     fill(src, 11, 5);
-    auto dst = server::copy_cache_prefix(src, 6);
+    auto dst = KvCache::prefix_of(src, 6);
     ASSERT_EQ(dst->dtype(), t);
     ASSERT_EQ(dst->length(), 6);
     float a[5], b[5], c[5], d[5];
@@ -139,4 +141,46 @@ TEST(KvCacheBf16, CopiedPrefixKeepsEveryBit) {
         }
       }
   }
+}
+
+TEST(KvCacheSharing, PrefixSharesWholeBlocksAndCopiesThePartialOne) {
+  KvCache src(shape_of(DType::F32));
+  fill(src, 11, 7);  // blocks 0, 1 whole, block 2 partial (3 of 4)
+  auto half = KvCache::prefix_of(src, 9);  // blocks 0, 1 shared, block 2 (1 token) copied
+  // 2 layers of KV pages + 1 index layer, 2 whole blocks each.
+  EXPECT_EQ(half->shared_pages(), 3 * 2);
+  EXPECT_EQ(src.shared_pages(), 3 * 2);
+  EXPECT_EQ(half->k_block_t(0, 1, 0).data, src.k_block_t(0, 1, 0).data);
+  EXPECT_NE(half->k_block_t(0, 2, 0).data, src.k_block_t(0, 2, 0).data);
+  std::unordered_map<const void*, size_t> pages;
+  src.collect_pages(pages);
+  half->collect_pages(pages);
+  uint64_t together = 0;
+  for (const auto& [p, n] : pages) together += n;
+  EXPECT_EQ(together, src.bytes() + half->bytes() / 3);  // only the copied partial block is extra
+  auto whole = KvCache::prefix_of(src, 8);  // a block boundary: nothing copied
+  EXPECT_EQ(whole->num_pages(), 3 * 2);
+  EXPECT_THROW(KvCache::prefix_of(src, 12), Error);
+}
+
+TEST(KvCacheSharing, WritingAfterTruncationCopiesTheSharedPageFirst) {
+  KvCache src(shape_of(DType::F32));
+  fill(src, 8, 9);
+  auto other = KvCache::prefix_of(src, 8);  // shares both blocks
+  float k0[3], v0[3];
+  src.read_kv(0, 5, 1, k0, v0);
+  // `other` goes back into block 1 and writes position 5 there: src must not see it.
+  other->truncate(5);
+  const float k[3] = {100, 200, 300}, v[3] = {-1, -2, -3};
+  EXPECT_THROW(other->write_kv(0, 5, 1, k, v), Error);  // without prepare_write: refused, nothing written
+  other->prepare_write(5, 6);
+  other->write_kv(0, 5, 1, k, v);
+  float k1[3], v1[3];
+  src.read_kv(0, 5, 1, k1, v1);
+  EXPECT_EQ(std::memcmp(k0, k1, sizeof k0), 0);
+  EXPECT_EQ(std::memcmp(v0, v1, sizeof v0), 0);
+  other->read_kv(0, 5, 1, k1, v1);
+  EXPECT_EQ(k1[2], 300.0f);
+  EXPECT_EQ(other->k_block_t(0, 0, 0).data, src.k_block_t(0, 0, 0).data);  // block 0 still shared
+  EXPECT_NE(other->k_block_t(0, 1, 0).data, src.k_block_t(0, 1, 0).data);
 }

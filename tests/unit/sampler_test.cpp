@@ -98,11 +98,11 @@ TEST(KvCache, PagesFollowBlocksAndTruncateFreesThem) {
   EXPECT_EQ(c.num_pages(), 3 * 2 + 3);
   const float k[3] = {1.0f, 2.0f, 7.0f}, v[3] = {4.0f, 5.0f, 6.0f};
   c.write_kv(1, 6, 1, k, v);                          // block 1, slot 2
-  EXPECT_EQ(c.k_block_t(1, 1, 1)[2 * 4 + 2], 7.0f);  // K transposed: [dim][slot]
-  EXPECT_EQ(c.v_block(1, 1, 1)[2 * 3 + 1], 5.0f);    // V natural: [slot][dim]
+  EXPECT_EQ(c.k_block_t(1, 1, 1).as<float>()[2 * 4 + 2], 7.0f);  // K transposed: [dim][slot]
+  EXPECT_EQ(c.v_block(1, 1, 1).as<float>()[2 * 3 + 1], 5.0f);    // V natural: [slot][dim]
   const float ik[5] = {0, 0, 0, 0, 3.0f};
   c.write_index_k(1, 5, ik);                          // block 1, slot 1
-  EXPECT_EQ(c.index_k_block_t(1, 1)[4 * 4 + 1], 3.0f);
+  EXPECT_EQ(c.index_k_block_t(1, 1).as<float>()[4 * 4 + 1], 3.0f);
   c.set_length(9);
   c.truncate(4);
   EXPECT_EQ(c.length(), 4);

@@ -245,7 +245,7 @@ m3::KvCacheShape small_shape() {
 // Fills positions [from, to) with values derived from (token, position, layer, head).
 void fill(m3::KvCache& c, const std::vector<int32_t>& tokens, int64_t from, int64_t to) {
   const auto& s = c.shape();
-  c.ensure_capacity(to);
+  c.prepare_write(from, to);
   for (int l = 0; l < s.num_layers; ++l)
     for (int64_t p = from; p < to; ++p) {
       for (int h = 0; h < s.kv_heads; ++h) {
@@ -272,12 +272,12 @@ bool same_prefix(const m3::KvCache& a, const m3::KvCache& b, int64_t n) {
       const int slot = int(p % s.block_size);
       for (int h = 0; h < s.kv_heads; ++h)
         for (int d = 0; d < s.head_dim; ++d) {
-          if (a.k_block_t(l, blk, h)[d * s.block_size + slot] != b.k_block_t(l, blk, h)[d * s.block_size + slot]) return false;
-          if (a.v_block(l, blk, h)[slot * s.head_dim + d] != b.v_block(l, blk, h)[slot * s.head_dim + d]) return false;
+          if (a.k_block_t(l, blk, h).as<float>()[d * s.block_size + slot] != b.k_block_t(l, blk, h).as<float>()[d * s.block_size + slot]) return false;
+          if (a.v_block(l, blk, h).as<float>()[slot * s.head_dim + d] != b.v_block(l, blk, h).as<float>()[slot * s.head_dim + d]) return false;
         }
       if (s.layer_has_index[size_t(l)])
         for (int d = 0; d < s.index_dim; ++d)
-          if (a.index_k_block_t(l, blk)[d * s.block_size + slot] != b.index_k_block_t(l, blk)[d * s.block_size + slot]) return false;
+          if (a.index_k_block_t(l, blk).as<float>()[d * s.block_size + slot] != b.index_k_block_t(l, blk).as<float>()[d * s.block_size + slot]) return false;
     }
   return true;
 }
@@ -290,7 +290,7 @@ TEST(ServerPrefixCache, ReusesTheLongestCommonPrefix) {
   auto l0 = pc.acquire(a);
   EXPECT_EQ(l0.reused, 0);
   fill(*l0.cache, a, 0, 10);
-  auto reference = copy_cache_prefix(*l0.cache, 10);
+  auto reference = m3::KvCache::prefix_of(*l0.cache, 10);
   pc.release(std::move(l0.cache), a);
   EXPECT_EQ(pc.entries(), 1u);
 
@@ -330,7 +330,7 @@ TEST(ServerPrefixCache, CopyAndTruncateAreExact) {
   for (int i = 0; i < 13; ++i) t.push_back(i * 7 + 1);
   m3::KvCache c(small_shape());
   fill(c, t, 0, 13);
-  auto copy = copy_cache_prefix(c, 9);
+  auto copy = m3::KvCache::prefix_of(c, 9);
   EXPECT_EQ(copy->length(), 9);
   EXPECT_TRUE(same_prefix(c, *copy, 9));
 }
@@ -415,4 +415,33 @@ TEST(ServerMedia, RemoteAndDisallowedSourcesAreRefused) {
   EXPECT_EQ(m3::server::read_media_bytes("data:text/plain;base64,aGk=", o, "p"), "hi");
   o.max_bytes = 1;
   EXPECT_EQ(param_of("data:text/plain;base64,aGk="), "messages[0].content[1]");
+}
+
+TEST(ServerPrefixCache, ConversationsSharingAPrefixHoldItsPagesOnce) {
+  PrefixCache pc(small_shape(), 1 << 20);
+  std::vector<int32_t> a(20), b(14);
+  for (int i = 0; i < 20; ++i) a[size_t(i)] = 100 + i;
+  for (int i = 0; i < 14; ++i) b[size_t(i)] = i < 8 ? a[size_t(i)] : 500 + i;  // same first 2 blocks
+  auto la = pc.acquire(a);
+  fill(*la.cache, a, 0, 20);
+  const uint64_t a_bytes = la.cache->bytes();
+  pc.release(std::move(la.cache), a);
+
+  auto lb = pc.acquire(b);
+  ASSERT_EQ(lb.reused, 8);
+  EXPECT_EQ(lb.cache->shared_pages(), 3 * 2);  // blocks 0-1 of 2 KV layers + 1 index layer: not copied
+  fill(*lb.cache, b, 8, 14);
+  EXPECT_EQ(lb.cache->shared_pages(), 3 * 2);  // writing from position 8 on left them shared
+  const uint64_t b_bytes = lb.cache->bytes();
+  pc.release(std::move(lb.cache), b);
+  ASSERT_EQ(pc.entries(), 2u);
+  // 2 blocks of every layer are held once: a block of all layers is a 5th of a's 5 blocks.
+  EXPECT_EQ(pc.bytes(), a_bytes + b_bytes - 2 * a_bytes / 5);
+
+  // a's entry is intact: reusing it reads what a wrote.
+  auto again = pc.acquire(a);
+  EXPECT_EQ(again.reused, 19);
+  m3::KvCache expect(small_shape());
+  fill(expect, a, 0, 19);
+  EXPECT_TRUE(same_prefix(*again.cache, expect, 19));
 }
