@@ -1,10 +1,11 @@
 #include "attention/attention_kernels.h"
-#include "attention/attention_kernels_impl.h"
-#include "base/cpu_features.h"
-#include "base/dtype.h"
 
 #include <algorithm>
 #include <cmath>
+
+#include "attention/attention_kernels_impl.h"
+#include "base/cpu_dispatch.h"
+#include "base/dtype.h"
 
 namespace m3 {
 
@@ -68,64 +69,71 @@ void pv_generic(const float* P, int heads, int ld, int n_keys, const T* v, int h
     }
 }
 
-bool use_avx512() { return cpu_active_path() == CpuPath::Avx512; }
-
+// The plain paths ignore the prefetch hint (they are the reference, not tuned for DRAM).
 template <typename T>
-void qk_scores_any(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
-                   const void* pf, size_t pf_bytes) {
-  if (use_avx512()) avx512::qk_scores(q, nq, dim, kT, kt_stride, n_keys, S, ld, pf, pf_bytes);
-  else qk_scores_generic(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+void qk_scores_entry(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
+                     const void*, size_t) {
+  qk_scores_generic(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+}
+template <typename T>
+void qk_block_max_entry(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out,
+                        const void*, size_t) {
+  qk_block_max_generic(q, nq, dim, kT, kt_stride, n_keys, out);
+}
+template <typename T>
+void pv_entry(const float* P, int heads, int ld, int n_keys, const T* v, int head_dim, float* o, const void*, size_t) {
+  pv_generic(P, heads, ld, n_keys, v, head_dim, o);
 }
 
-template <typename T>
-void qk_block_max_any(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out,
-                      const void* pf, size_t pf_bytes) {
-  if (use_avx512()) avx512::qk_block_max(q, nq, dim, kT, kt_stride, n_keys, out, pf, pf_bytes);
-  else qk_block_max_generic(q, nq, dim, kT, kt_stride, n_keys, out);
-}
+constexpr AttentionKernels kGeneric{"generic",
+                                    &qk_scores_entry<float>,
+                                    &qk_scores_entry<uint16_t>,
+                                    &qk_block_max_entry<float>,
+                                    &qk_block_max_entry<uint16_t>,
+                                    &softmax_update_generic,
+                                    &pv_entry<float>,
+                                    &pv_entry<uint16_t>};
 
-template <typename T>
-void pv_any(const float* P, int heads, int ld, int n_keys, const T* v, int head_dim, float* o, const void* pf,
-            size_t pf_bytes) {
-  if (use_avx512() && head_dim % 16 == 0) avx512::pv_accumulate(P, heads, ld, n_keys, v, head_dim, o, pf, pf_bytes);
-  else pv_generic(P, heads, ld, n_keys, v, head_dim, o);
+const AttentionKernels& active() {
+  static const PathTables<AttentionKernels> tables{&kGeneric, nullptr, avx512_attention_kernels()};
+  return tables.active();
 }
 
 }  // namespace
 
-const char* attention_kernel_name() { return use_avx512() ? "avx512" : "generic"; }
+const AttentionKernels& generic_attention_kernels() { return kGeneric; }
 
-// The plain paths ignore the prefetch hint (they are the reference, not tuned for DRAM).
+const char* attention_kernel_name() { return active().name; }
+
 void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld,
                const void* prefetch, size_t prefetch_bytes) {
-  qk_scores_any(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
+  active().qk_scores_f32(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
 }
 void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld,
                const void* prefetch, size_t prefetch_bytes) {
-  qk_scores_any(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
+  active().qk_scores_bf16(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
 }
 
 void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out,
                   const void* prefetch, size_t prefetch_bytes) {
-  qk_block_max_any(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
+  active().qk_block_max_f32(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
 }
 void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out,
                   const void* prefetch, size_t prefetch_bytes) {
-  qk_block_max_any(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
+  active().qk_block_max_bf16(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
 }
 
 void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
-  if (use_avx512() && head_dim % 16 == 0) avx512::softmax_block_update(S, heads, ld, n_keys, m, l, o, head_dim);
-  else softmax_update_generic(S, heads, ld, n_keys, m, l, o, head_dim);
+  active().softmax_block_update(S, heads, ld, n_keys, m, l, o, head_dim);
 }
 
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o,
                    const void* prefetch, size_t prefetch_bytes) {
-  pv_any(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
+  active().pv_f32(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
 }
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
                    const void* prefetch, size_t prefetch_bytes) {
-  pv_any(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
+  active().pv_bf16(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
 }
 
 }  // namespace m3

@@ -1,6 +1,10 @@
-// AVX-512 attention inner loops. The whole file is compiled for AVX-512 (pragma below) and only
-// called after a run-time CPU check. Everything here has internal linkage and uses no std::
-// templates, so no AVX-512 copy of a shared inline function can leak into the generic code.
+// AVX-512 attention inner loops: the avx512 table of AttentionKernels (base/cpu_dispatch.h). The
+// whole file is compiled for AVX-512 (pragma below) and only called after a run-time CPU check.
+// Everything here has internal linkage and uses no std:: templates, so no AVX-512 copy of a shared
+// inline function can leak into the generic code.
+#include "attention/attention_kernels_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #pragma GCC target("avx512f,avx512bw,avx512vl")  // BW+VL: masked 16-bit loads of bf16 keys
 // GCC 12 flags its own _mm512_undefined_* helpers; nothing here reads an uninitialised value.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -10,9 +14,7 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "attention/attention_kernels_impl.h"
-
-namespace m3::avx512 {
+namespace m3 {
 
 namespace {
 
@@ -214,34 +216,41 @@ void pv_avx512(const float* P, int heads, int ld, int n_keys, const T* v, int hd
   else if (heads - h == 1) pv_heads<1>(P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd, pf);
 }
 
-}  // namespace
-
-void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* S, int ld,
-               const void* prefetch, size_t prefetch_bytes) {
-  qk_scores_avx512(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
-}
-void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out,
-                  const void* prefetch, size_t prefetch_bytes) {
-  qk_block_max_avx512(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
-}
-void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
+void softmax_entry(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
+  if (head_dim % 16 != 0)
+    return generic_attention_kernels().softmax_block_update(S, heads, ld, n_keys, m, l, o, head_dim);
   softmax_update_avx512(S, heads, ld, n_keys, m, l, o, head_dim);
 }
-void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v, int head_dim, float* o,
-                   const void* prefetch, size_t prefetch_bytes) {
-  pv_avx512(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
-}
-void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
-                   const void* prefetch, size_t prefetch_bytes) {
-  pv_avx512(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
-}
-void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld,
-               const void* prefetch, size_t prefetch_bytes) {
-  qk_scores_avx512(q, nq, dim, kT, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
-}
-void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out,
-                  const void* prefetch, size_t prefetch_bytes) {
-  qk_block_max_avx512(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
+
+template <typename T>
+void pv_entry(const float* P, int heads, int ld, int n_keys, const T* v, int head_dim, float* o, const void* pf,
+              size_t pf_bytes) {
+  if (head_dim % 16 == 0) return pv_avx512(P, heads, ld, n_keys, v, head_dim, o, pf, pf_bytes);
+  if constexpr (std::is_same_v<T, float>)
+    generic_attention_kernels().pv_f32(P, heads, ld, n_keys, v, head_dim, o, pf, pf_bytes);
+  else
+    generic_attention_kernels().pv_bf16(P, heads, ld, n_keys, v, head_dim, o, pf, pf_bytes);
 }
 
-}  // namespace m3::avx512
+constexpr AttentionKernels kAvx512{"avx512",
+                                   &qk_scores_avx512<float>,
+                                   &qk_scores_avx512<uint16_t>,
+                                   &qk_block_max_avx512<float>,
+                                   &qk_block_max_avx512<uint16_t>,
+                                   &softmax_entry,
+                                   &pv_entry<float>,
+                                   &pv_entry<uint16_t>};
+
+}  // namespace
+
+const AttentionKernels* avx512_attention_kernels() { return &kAvx512; }
+
+}  // namespace m3
+
+#else
+
+namespace m3 {
+const AttentionKernels* avx512_attention_kernels() { return nullptr; }
+}  // namespace m3
+
+#endif

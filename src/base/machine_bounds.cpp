@@ -8,20 +8,16 @@
 
 #include <time.h>
 
-#include "base/cpu_features.h"
+#include "base/cpu_dispatch.h"
+#include "base/machine_bounds_impl.h"
 
 namespace m3 {
 
-namespace avx512 {
-float fma_loop(int64_t iters);
-float sum_floats(const float* p, size_t n);
-}  // namespace avx512
-
 namespace {
 
-
-__attribute__((target_clones("arch=haswell", "default")))
-float sum_floats_generic(const float* p, size_t n) {
+// Sixteen partial sums: the compiler vectorises the inner loop (SSE for the generic path, AVX2 for
+// the copy compiled with the AVX2 target).
+inline float sum_floats_plain(const float* p, size_t n) {
   float s[16] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16)
@@ -31,6 +27,10 @@ float sum_floats_generic(const float* p, size_t n) {
   for (float x : s) r += x;
   return r;
 }
+float sum_floats_generic(const float* p, size_t n) { return sum_floats_plain(p, n); }
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) float sum_floats_avx2(const float* p, size_t n) { return sum_floats_plain(p, n); }
 
 // The AVX2 machine has FMA: use it (plain C++ builds with -ffp-contract=off never fuse a*b+c).
 __attribute__((target("avx2,fma")))
@@ -44,6 +44,12 @@ float fma_loop_avx2(int64_t iters) {
   return s;
 }
 
+constexpr BoundKernels kAvx2{"avx2", &fma_loop_avx2, 96.0 * 2, &sum_floats_avx2};
+constexpr const BoundKernels* kAvx2Table = &kAvx2;
+#else
+constexpr const BoundKernels* kAvx2Table = nullptr;
+#endif
+
 float fma_loop_generic(int64_t iters) {
   float a[96];
   for (int i = 0; i < 96; ++i) a[i] = 1.0f + 1e-7f * i;
@@ -54,11 +60,12 @@ float fma_loop_generic(int64_t iters) {
   return s;
 }
 
-float fma_loop_best(int64_t iters) {
-  return cpu_active_path() == CpuPath::Avx2 ? fma_loop_avx2(iters) : fma_loop_generic(iters);
-}
+constexpr BoundKernels kGeneric{"generic", &fma_loop_generic, 96.0 * 2, &sum_floats_generic};
 
-bool use_avx512() { return cpu_active_path() == CpuPath::Avx512; }
+const BoundKernels& active() {
+  static const PathTables<BoundKernels> tables{&kGeneric, kAvx2Table, avx512_bound_kernels()};
+  return tables.active();
+}
 
 }  // namespace
 
@@ -82,7 +89,7 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const Be
     pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
       for (int64_t w = a; w < b; ++w) {
         const size_t lo = n * size_t(w) / size_t(pool.size()), hi = n * size_t(w + 1) / size_t(pool.size());
-        part[size_t(w)] = use_avx512() ? avx512::sum_floats(buf.get() + lo, hi - lo) : sum_floats_generic(buf.get() + lo, hi - lo);
+        part[size_t(w)] = active().sum_floats(buf.get() + lo, hi - lo);
       }
     });
     const double dt = clock.since(t0);
@@ -94,14 +101,14 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const Be
 
 double measure_fma_peak(ThreadPool& pool, int reps, const BenchClock& clock) {
   const int64_t iters = 20'000'000;
-  const double flops_per_iter = use_avx512() ? 12.0 * 16 * 2 : 96.0 * 2;
+  const double flops_per_iter = active().flops_per_iter;
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int r = 0; r < reps; ++r) {
     std::vector<float> part(size_t(pool.size()), 0.0f);
     const double t0 = clock.now();
     pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
-      for (int64_t w = a; w < b; ++w) part[size_t(w)] = use_avx512() ? avx512::fma_loop(iters) : fma_loop_best(iters);
+      for (int64_t w = a; w < b; ++w) part[size_t(w)] = active().fma_loop(iters);
     });
     const double dt = clock.since(t0);
     for (float x : part) sink = sink + x;

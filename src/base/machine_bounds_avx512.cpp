@@ -1,4 +1,7 @@
 // AVX-512 loops of machine_bounds.cpp, compiled for AVX-512 and called only after a CPU check.
+#include "base/machine_bounds_impl.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #pragma GCC target("avx512f")
 // GCC 12 flags its own _mm512_undefined_* helpers inside the reductions; nothing reads them.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -8,7 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace m3::avx512 {
+namespace m3 {
+
+namespace {
 
 // 12 independent FMA chains hide the FMA latency on 2 FMA ports.
 float fma_loop(int64_t iters) {
@@ -36,4 +41,18 @@ float sum_floats(const float* p, size_t n) {
   return r;
 }
 
-}  // namespace m3::avx512
+constexpr BoundKernels kAvx512{"avx512", &fma_loop, 12.0 * 16 * 2, &sum_floats};
+
+}  // namespace
+
+const BoundKernels* avx512_bound_kernels() { return &kAvx512; }
+
+}  // namespace m3
+
+#else
+
+namespace m3 {
+const BoundKernels* avx512_bound_kernels() { return nullptr; }
+}  // namespace m3
+
+#endif

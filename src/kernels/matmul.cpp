@@ -14,22 +14,10 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/cpu_dispatch.h"
 #include "kernels/matmul_tile.h"
 
 namespace m3 {
-
-__attribute__((target_clones("avx512f", "avx2", "default")))
-float dot_f32(const float* a, const float* b, int64_t n) {
-  // Eight independent partial sums let the compiler vectorise without -ffast-math.
-  float acc[16] = {};
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) acc[j] += a[i + j] * b[i + j];
-  float s = 0.0f;
-  for (; i < n; ++i) s += a[i] * b[i];
-  for (int j = 0; j < 16; ++j) s += acc[j];
-  return s;
-}
 
 void matmul_ref(const float* x, int64_t M, const LinearWeight& w, float* y) {
   std::vector<float> row(static_cast<size_t>(w.cols));
@@ -192,14 +180,15 @@ float* thread_scratch(int slot, size_t floats) {
   return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
 }
 
+const PathTables<TileKernels>& tile_tables() {
+  static const PathTables<TileKernels> t{&kGeneric, avx2_tile_kernels(), avx512_tile_kernels()};
+  return t;
+}
+
 const TileKernels& kernels_for(CpuPath path) {
   M3_CHECK(cpu_path_supported(path), "matmul: this CPU cannot run the ", cpu_path_name(path), " kernels");
-  const TileKernels* k = nullptr;
-  if (path == CpuPath::Avx512) k = avx512_tile_kernels();
-  if (path == CpuPath::Avx2) k = avx2_tile_kernels();
-  if (path == CpuPath::Generic) k = &kGeneric;
-  M3_CHECK(k != nullptr, "matmul: the ", cpu_path_name(path), " kernels are not in this build");
-  return *k;
+  M3_CHECK(tile_tables().path_of(path) == path, "matmul: the ", cpu_path_name(path), " kernels are not in this build");
+  return tile_tables().at(path);
 }
 
 // Rows of x per tile (also the tile height of the packed x) for a batch of mrows rows.
@@ -325,9 +314,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
 
 MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
   // Measured on Zen 5 (docs: `m3 bench matmul`); the results do not depend on any of these.
-  const TileKernels* k = path == CpuPath::Avx512 ? avx512_tile_kernels()
-                         : path == CpuPath::Avx2 ? avx2_tile_kernels()
-                                                 : &kGeneric;
+  (void)path;
   MatmulPlan p;
   p.m_chunk = 256;
   const int64_t rows = std::min(M, p.m_chunk);
@@ -336,7 +323,7 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
   // reuse of x, fewer keep the memory streams few: 4 for one row, else 6.
   p.streams = M <= 1 ? 4 : 6;
   // From then on, widening each weight chunk once into an fp32 panel pays for itself.
-  p.blocked = k != nullptr && rows >= 32;
+  p.blocked = rows >= 32;
   // While all of x fits in L2 with room to spare, each weight row is streamed once, front to back.
   p.weights_outer = rows * round_up(K, kBlock) * int64_t(sizeof(float)) <= (512 << 10);
   p.kc_blocks = 32;  // 1024 of K: a 6-row fp32 panel is 24 KiB (L1), a 64-row x block 256 KiB (L2)

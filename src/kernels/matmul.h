@@ -35,6 +35,5 @@ MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path);
 // Which kernels matmul uses here: "avx512", "avx2" or "generic" (M3_CPU can force one).
 const char* matmul_kernel_name();
 
-float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace m3
