@@ -9,7 +9,8 @@
 
 namespace m3 {
 
-void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel) {
+void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel,
+                    Workspace* ws) {
   const int G = run.kv_heads, id = run.index_dim, K = run.topk;
   const int B = cache.shape().block_size;
   const int64_t R = run.rows;
@@ -27,10 +28,17 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
   };
   const int64_t first_sparse_row = first_row_beyond(K - 1);
   const int64_t n_blocks = last_local;  // blocks that can be non-local for some row
-  std::vector<float> scores;            // (rows needing scores)·G × n_blocks
   const int64_t sparse_rows = R - first_sparse_row;
-  if (sparse_rows > 0 && n_blocks > 0) {
-    scores.assign(size_t(sparse_rows * G * n_blocks), -INFINITY);
+  // (rows needing scores)·G × n_blocks
+  std::vector<float> own;
+  const size_t n_scores = sparse_rows > 0 && n_blocks > 0 ? size_t(sparse_rows * G * n_blocks) : 0;
+  float* scores = ws != nullptr ? ws->get<float>(Workspace::Buffer::BlockScores, n_scores) : nullptr;
+  if (ws == nullptr) {
+    own.resize(n_scores);
+    scores = own.data();
+  }
+  if (n_scores > 0) {
+    std::fill(scores, scores + n_scores, -INFINITY);
     pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
       std::vector<float> col(size_t(sparse_rows * G));
       for (int64_t b = b0; b < b1; ++b) {
@@ -47,7 +55,7 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         else
           qk_block_max(run.iq + r0 * G * id, int(nq), id, ik.as<float>(), B, B, col.data(), next, pf ? page : 0);
         for (int64_t i = 0; i < nq; ++i)
-          scores[size_t(((r0 - first_sparse_row) * G + i) * n_blocks + b)] = col[size_t(i)] * scale;
+          scores[((r0 - first_sparse_row) * G + i) * n_blocks + b] = col[size_t(i)] * scale;
       }
     }, 1);
   }
@@ -60,7 +68,7 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
       if (r < first_sparse_row) {
         for (int32_t b = 0; b <= local; ++b) picked.push_back(b);
       } else {
-        msa_select_blocks(scores.data() + ((r - first_sparse_row) * G + t % G) * n_blocks, local, K, picked);
+        msa_select_blocks(scores + ((r - first_sparse_row) * G + t % G) * n_blocks, local, K, picked);
       }
       std::copy(picked.begin(), picked.end(), sel.blocks.begin() + t * K);
       sel.count[size_t(t)] = int32_t(picked.size());

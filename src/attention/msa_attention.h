@@ -7,6 +7,7 @@
 
 #include "base/thread_pool.h"
 #include "memory/kv_cache.h"
+#include "memory/workspace.h"
 
 namespace m3 {
 
@@ -32,8 +33,10 @@ struct BlockSelection {
 
 // Index branch for a run: block max scores of every row and group against every earlier block,
 // computed block-major (each index-K page read once per run, the T×N score matrix never stored),
-// then the top-(k-1) + local selection.
-void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel);
+// then the top-(k-1) + local selection. The score buffer comes from `ws` when given (a forward
+// pass's workspace), else it is allocated for the call.
+void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel,
+                    Workspace* ws = nullptr);
 
 // out (rows, q_heads, head_dim). sel == nullptr: dense causal attention over every block.
 void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run,

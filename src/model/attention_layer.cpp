@@ -24,37 +24,41 @@ void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeig
   const int id = cfg.sparse.sparse_index_dim;
   const int64_t R = ctx.rows;
 
+  using B = Workspace::Buffer;
   // q (R, Hq·hd), k/v (R, Hkv·hd): one GEMM each over the rows of every sequence.
-  std::vector<float> q(static_cast<size_t>(R * Hq * hd)), k(static_cast<size_t>(R * Hkv * hd)), v(static_cast<size_t>(R * Hkv * hd));
-  matmul(ctx.pool, h, R, w.q, q.data());
-  matmul(ctx.pool, h, R, w.k, k.data());
-  matmul(ctx.pool, h, R, w.v, v.data());
-  norm_and_rope(ctx, q.data(), Hq, hd, w.q_norm_scale);
-  norm_and_rope(ctx, k.data(), Hkv, hd, w.k_norm_scale);
+  float* q = ctx.ws.get<float>(B::Q, size_t(R * Hq * hd));
+  float* k = ctx.ws.get<float>(B::K, size_t(R * Hkv * hd));
+  float* v = ctx.ws.get<float>(B::V, size_t(R * Hkv * hd));
+  matmul(ctx.pool, h, R, w.q, q);
+  matmul(ctx.pool, h, R, w.k, k);
+  matmul(ctx.pool, h, R, w.v, v);
+  norm_and_rope(ctx, q, Hq, hd, w.q_norm_scale);
+  norm_and_rope(ctx, k, Hkv, hd, w.k_norm_scale);
 
   // Index branch (MSA layers): iq (R, G·id) with G = Hkv index heads, ik (R, id).
-  std::vector<float> iq, ik;
+  float* iq = nullptr;
+  float* ik = nullptr;
   if (w.sparse) {
-    iq.resize(static_cast<size_t>(R * Hkv * id));
-    ik.resize(static_cast<size_t>(R * id));
-    matmul(ctx.pool, h, R, w.index_q, iq.data());
-    matmul(ctx.pool, h, R, w.index_k, ik.data());
-    norm_and_rope(ctx, iq.data(), Hkv, id, w.index_q_norm_scale);
-    norm_and_rope(ctx, ik.data(), 1, id, w.index_k_norm_scale);
+    iq = ctx.ws.get<float>(B::IndexQ, size_t(R * Hkv * id));
+    ik = ctx.ws.get<float>(B::IndexK, size_t(R * id));
+    matmul(ctx.pool, h, R, w.index_q, iq);
+    matmul(ctx.pool, h, R, w.index_k, ik);
+    norm_and_rope(ctx, iq, Hkv, id, w.index_q_norm_scale);
+    norm_and_rope(ctx, ik, 1, id, w.index_k_norm_scale);
   }
 
-  std::vector<float> attn(static_cast<size_t>(R * Hq * hd));
+  float* attn = ctx.ws.get<float>(B::AttnOut, size_t(R * Hq * hd));
   for (const SequenceRun& s : ctx.runs) {
     KvCache& cache = *s.cache;
     for (int64_t i = s.row0; i < s.row0 + s.rows; ++i) {
       const int64_t pos = s.first_pos + (i - s.row0);
       for (int g = 0; g < Hkv; ++g)
-        cache.write_kv(layer, pos, g, k.data() + (i * Hkv + g) * hd, v.data() + (i * Hkv + g) * hd);
-      if (w.sparse) cache.write_index_k(layer, pos, ik.data() + i * id);
+        cache.write_kv(layer, pos, g, k + (i * Hkv + g) * hd, v + (i * Hkv + g) * hd);
+      if (w.sparse) cache.write_index_k(layer, pos, ik + i * id);
     }
 
     AttentionRun run;
-    run.q = q.data() + s.row0 * Hq * hd;
+    run.q = q + s.row0 * Hq * hd;
     run.first_pos = s.first_pos;
     run.rows = s.rows;
     run.q_heads = Hq;
@@ -64,12 +68,12 @@ void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeig
     run.topk = cfg.sparse.sparse_topk_blocks;
     BlockSelection sel;
     if (w.sparse) {
-      run.iq = iq.data() + s.row0 * Hkv * id;
-      msa_select_run(ctx.pool, cache, layer, run, sel);
+      run.iq = iq + s.row0 * Hkv * id;
+      msa_select_run(ctx.pool, cache, layer, run, sel, &ctx.ws);
     }
-    attention_run(ctx.pool, cache, layer, run, w.sparse ? &sel : nullptr, attn.data() + s.row0 * Hq * hd);
+    attention_run(ctx.pool, cache, layer, run, w.sparse ? &sel : nullptr, attn + s.row0 * Hq * hd);
   }
-  matmul(ctx.pool, attn.data(), R, w.o, out);
+  matmul(ctx.pool, attn, R, w.o, out);
 }
 
 }  // namespace m3

@@ -8,6 +8,7 @@
 #include "io/model_config.h"
 #include "kernels/rope.h"
 #include "memory/kv_cache.h"
+#include "memory/workspace.h"
 #include "model/text_weights.h"
 
 namespace m3 {
@@ -30,6 +31,7 @@ struct ForwardContext {
   const RopeTable& rope;  // built for every row's position, in row order
   const std::vector<SequenceRun>& runs;  // in row order, covering all rows
   int64_t rows = 0;
+  Workspace& ws;          // the pass's scratch buffers (the caller's, reused from pass to pass)
 };
 
 // Attention of every run (dense GQA or MSA, by the layer's weights). Writes each run's K/V (and

@@ -35,11 +35,12 @@ namespace {
 void expert_forward(const ForwardContext& ctx, const MlpWeights& w, const float* x, const int32_t* rows, int64_t m,
                     float* out) {
   const int64_t width = w.gate.rows;
-  std::vector<float> gate(static_cast<size_t>(m * width)), up(static_cast<size_t>(m * width));
-  matmul_gather(ctx.pool, x, rows, m, w.gate, gate.data());
-  matmul_gather(ctx.pool, x, rows, m, w.up, up.data());
-  swigluoai(gate.data(), up.data(), m * width, float(ctx.cfg.swiglu_alpha), float(ctx.cfg.swiglu_limit), gate.data());
-  matmul(ctx.pool, gate.data(), m, w.down, out);
+  float* gate = ctx.ws.get<float>(Workspace::Buffer::ExpertGate, size_t(m * width));
+  float* up = ctx.ws.get<float>(Workspace::Buffer::ExpertUp, size_t(m * width));
+  matmul_gather(ctx.pool, x, rows, m, w.gate, gate);
+  matmul_gather(ctx.pool, x, rows, m, w.up, up);
+  swigluoai(gate, up, m * width, float(ctx.cfg.swiglu_alpha), float(ctx.cfg.swiglu_limit), gate);
+  matmul(ctx.pool, gate, m, w.down, out);
 }
 
 }  // namespace
@@ -55,12 +56,12 @@ MoeRouting moe_route_rows(const ForwardContext& ctx, const MoeWeights& w, const 
   MoeRouting r;
   r.rows = ctx.rows;
   r.top_k = K;
-  std::vector<float> logits(static_cast<size_t>(r.rows * E));
-  matmul(ctx.pool, x, r.rows, w.router, logits.data());
+  float* logits = ctx.ws.get<float>(Workspace::Buffer::RouterLogits, size_t(r.rows * E));
+  matmul(ctx.pool, x, r.rows, w.router, logits);
   r.expert.resize(size_t(r.rows * K));
   r.weight.resize(size_t(r.rows * K));
   for (int64_t row = 0; row < r.rows; ++row)
-    moe_route(logits.data() + row * E, w.routing_bias, E, K, ctx.cfg.routed_scaling_factor,
+    moe_route(logits + row * E, w.routing_bias, E, K, ctx.cfg.routed_scaling_factor,
               r.expert.data() + row * K, r.weight.data() + row * K);
   return r;
 }
@@ -89,16 +90,15 @@ MoeDispatch moe_dispatch(const MoeRouting& routing, int experts) {
 void moe_run_experts(const ForwardContext& ctx, const MoeWeights& w, const float* x, const MoeDispatch& dispatch,
                      const std::vector<int32_t>& experts, float* slot_out) {
   const int64_t H = ctx.cfg.hidden_size;
-  std::vector<float> expert_out;
   for (int32_t e : experts) {
     M3_CHECK(e >= 0 && size_t(e) < w.experts.size(), "moe_run_experts: no expert ", e);
     const int64_t m = dispatch.count(e);
     if (m == 0) continue;
     const int64_t first = dispatch.offsets[size_t(e)];
-    expert_out.resize(size_t(m * H));
-    expert_forward(ctx, w.experts[size_t(e)], x, dispatch.rows.data() + first, m, expert_out.data());
+    float* expert_out = ctx.ws.get<float>(Workspace::Buffer::ExpertOut, size_t(m * H));
+    expert_forward(ctx, w.experts[size_t(e)], x, dispatch.rows.data() + first, m, expert_out);
     for (int64_t i = 0; i < m; ++i)
-      std::copy_n(expert_out.data() + i * H, H, slot_out + int64_t(dispatch.slots[size_t(first + i)]) * H);
+      std::copy_n(expert_out + i * H, H, slot_out + int64_t(dispatch.slots[size_t(first + i)]) * H);
   }
 }
 
@@ -125,17 +125,17 @@ void moe_forward(const ForwardContext& ctx, const MoeWeights& w, const float* x,
   const int64_t H = ctx.cfg.hidden_size, R = ctx.rows;
   const MoeRouting routing = moe_route_rows(ctx, w, x);
   const MoeDispatch dispatch = moe_dispatch(routing, E);
-  std::vector<float> shared;
+  float* shared = nullptr;
   if (w.has_shared) {
-    shared.resize(size_t(R * H));
-    mlp_forward(ctx, w.shared, x, shared.data());
+    shared = ctx.ws.get<float>(Workspace::Buffer::SharedOut, size_t(R * H));
+    mlp_forward(ctx, w.shared, x, shared);
   }
   // All experts, in id order: each one's weights are read once per run of tokens.
   std::vector<int32_t> all(static_cast<size_t>(E));
   std::iota(all.begin(), all.end(), 0);
-  std::vector<float> slot_out(static_cast<size_t>(R * routing.top_k * H));
-  moe_run_experts(ctx, w, x, dispatch, all, slot_out.data());
-  moe_combine(routing, w.has_shared ? shared.data() : nullptr, slot_out.data(), H, out);
+  float* slot_out = ctx.ws.get<float>(Workspace::Buffer::MoeSlots, size_t(R * routing.top_k * H));
+  moe_run_experts(ctx, w, x, dispatch, all, slot_out);
+  moe_combine(routing, shared, slot_out, H, out);
 }
 
 }  // namespace m3

@@ -43,7 +43,10 @@ void TextModel::forward_embeddings(KvCache& cache, const float* x, int64_t n, Lo
   forward_batch({BatchInput{&cache, nullptr, x, n, which, &logits}});
 }
 
-void TextModel::forward_batch(const std::vector<BatchInput>& inputs) {
+void TextModel::forward_batch(const std::vector<BatchInput>& inputs) { forward_batch(inputs, workspace_); }
+
+void TextModel::forward_batch(const std::vector<BatchInput>& inputs, Workspace& ws) {
+  using B = Workspace::Buffer;
   const int64_t H = cfg_.hidden_size;
   M3_CHECK(!inputs.empty(), "forward: empty batch");
   std::vector<SequenceRun> runs;
@@ -64,30 +67,32 @@ void TextModel::forward_batch(const std::vector<BatchInput>& inputs) {
   }
 
   // x is the residual stream (R, H); h the normed input of each sub-block; y its output.
-  std::vector<float> x(static_cast<size_t>(R * H)), h(static_cast<size_t>(R * H)), y(static_cast<size_t>(R * H));
-  std::vector<int64_t> positions(static_cast<size_t>(R));
+  float* x = ws.get<float>(B::Residual, size_t(R * H));
+  float* h = ws.get<float>(B::Normed, size_t(R * H));
+  float* y = ws.get<float>(B::SublayerOut, size_t(R * H));
+  int64_t* positions = ws.get<int64_t>(B::Positions, size_t(R));
   for (size_t b = 0; b < inputs.size(); ++b) {
     const BatchInput& in = inputs[b];
     const SequenceRun& s = runs[b];
-    float* xs = x.data() + s.row0 * H;
+    float* xs = x + s.row0 * H;
     if (in.tokens) embed(in.tokens, in.n, xs);
     else std::copy(in.embeddings, in.embeddings + in.n * H, xs);
-    std::iota(positions.begin() + s.row0, positions.begin() + s.row0 + s.rows, s.first_pos);
+    std::iota(positions + s.row0, positions + s.row0 + s.rows, s.first_pos);
     in.cache->prepare_write(s.first_pos, s.first_pos + s.rows);
   }
   RopeTable rope(cfg_.rope_theta, cfg_.rotary_dim);
-  rope.build(positions.data(), R);
-  ForwardContext ctx{pool_, cfg_, rope, runs, R};
+  rope.build(positions, R);
+  ForwardContext ctx{pool_, cfg_, rope, runs, R, ws};
 
   for (int l = 0; l < cfg_.num_hidden_layers; ++l) {
     const LayerWeights& lw = w_.layers[size_t(l)];
-    gemma_rmsnorm(x.data(), lw.input_norm_scale.data(), R, H, cfg_.rms_norm_eps, h.data());
-    attention_forward(ctx, l, lw.attn, h.data(), y.data());
-    for (int64_t i = 0; i < R * H; ++i) x[size_t(i)] += y[size_t(i)];
-    gemma_rmsnorm(x.data(), lw.post_attention_norm_scale.data(), R, H, cfg_.rms_norm_eps, h.data());
-    if (lw.is_moe) moe_forward(ctx, lw.moe, h.data(), y.data());
-    else mlp_forward(ctx, lw.mlp, h.data(), y.data());
-    for (int64_t i = 0; i < R * H; ++i) x[size_t(i)] += y[size_t(i)];
+    gemma_rmsnorm(x, lw.input_norm_scale.data(), R, H, cfg_.rms_norm_eps, h);
+    attention_forward(ctx, l, lw.attn, h, y);
+    for (int64_t i = 0; i < R * H; ++i) x[i] += y[i];
+    gemma_rmsnorm(x, lw.post_attention_norm_scale.data(), R, H, cfg_.rms_norm_eps, h);
+    if (lw.is_moe) moe_forward(ctx, lw.moe, h, y);
+    else mlp_forward(ctx, lw.mlp, h, y);
+    for (int64_t i = 0; i < R * H; ++i) x[i] += y[i];
   }
   for (const SequenceRun& s : runs) s.cache->set_length(s.first_pos + s.rows);
 
@@ -101,17 +106,16 @@ void TextModel::forward_batch(const std::vector<BatchInput>& inputs) {
   }
   if (rows.empty()) return;
   const int64_t M = int64_t(rows.size()), V = cfg_.vocab_size;
-  std::vector<float> picked(static_cast<size_t>(M * H));
-  for (int64_t i = 0; i < M; ++i)
-    std::copy_n(x.data() + rows[size_t(i)] * H, H, picked.data() + i * H);
-  gemma_rmsnorm(picked.data(), w_.final_norm_scale.data(), M, H, cfg_.rms_norm_eps, h.data());
-  std::vector<float> all(static_cast<size_t>(M * V));
-  matmul(pool_, h.data(), M, w_.lm_head, all.data());
+  float* picked = ws.get<float>(B::FinalRows, size_t(M * H));
+  for (int64_t i = 0; i < M; ++i) std::copy_n(x + rows[size_t(i)] * H, H, picked + i * H);
+  gemma_rmsnorm(picked, w_.final_norm_scale.data(), M, H, cfg_.rms_norm_eps, h);
+  float* all = ws.get<float>(B::Logits, size_t(M * V));
+  matmul(pool_, h, M, w_.lm_head, all);
   int64_t at = 0;
   for (const BatchInput& in : inputs) {
     if (in.which == LogitsFor::None) continue;
     const int64_t m = in.which == LogitsFor::Last ? 1 : in.n;
-    in.logits->assign(all.begin() + at * V, all.begin() + (at + m) * V);
+    in.logits->assign(all + at * V, all + (at + m) * V);
     at += m;
   }
 }

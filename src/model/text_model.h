@@ -8,6 +8,7 @@
 #include "io/model_config.h"
 #include "io/safetensors.h"
 #include "memory/kv_cache.h"
+#include "memory/workspace.h"
 #include "model/text_weights.h"
 
 namespace m3 {
@@ -45,6 +46,9 @@ class TextModel {
   // running it alone (the kernels' results do not depend on the number of rows; see
   // docs/ARCHITECTURE.md).
   void forward_batch(const std::vector<BatchInput>& inputs);
+  // Same, with the caller's scratch memory: passes that reuse one workspace allocate no activations
+  // once it has grown to their size. The overloads above use the model's own workspace.
+  void forward_batch(const std::vector<BatchInput>& inputs, Workspace& ws);
 
   void embed(const int32_t* tokens, int64_t n, float* x) const;  // x (n, hidden)
 
@@ -52,6 +56,7 @@ class TextModel {
   TextConfig cfg_;
   TextWeights w_;
   ThreadPool& pool_;
+  Workspace workspace_;
 };
 
 }  // namespace m3

@@ -30,7 +30,8 @@ struct Layer {
       if (l.is_moe) return l.moe;
     throw std::runtime_error("no MoE layer");
   }
-  m3::ForwardContext context(int64_t rows) { return m3::ForwardContext{*tiny.engine->pool, cfg, rope, runs, rows}; }
+  m3::Workspace ws;
+  m3::ForwardContext context(int64_t rows) { return m3::ForwardContext{*tiny.engine->pool, cfg, rope, runs, rows, ws}; }
 };
 
 std::vector<float> random_rows(int64_t rows, int64_t hidden, uint64_t seed) {

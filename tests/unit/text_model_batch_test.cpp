@@ -112,3 +112,25 @@ TEST(TextModelBatch, RejectsBadBatches) {
   EXPECT_THROW(model.forward_batch({}), m3::Error);
   EXPECT_EQ(cache.length(), 0);
 }
+
+TEST(TextModelWorkspace, PassesReuseTheCallersBuffersAndKeepTheBits) {
+  TinyModel tiny("text_model_ws", 4);
+  m3::TextModel& model = *tiny.engine->model;
+  const int vocab = tiny.engine->tokenizer->vocab_size();
+  std::mt19937_64 rng(12);
+  const std::vector<int32_t> prompt = random_tokens(200, vocab, rng);
+  m3::Workspace ws;
+  m3::KvCache a(model.cache_shape()), b(model.cache_shape());
+  std::vector<float> with_ws, plain;
+  model.forward_batch({m3::BatchInput{&a, prompt.data(), nullptr, 100, m3::LogitsFor::All, &with_ws}}, ws);
+  const size_t grown = ws.bytes();
+  EXPECT_GT(grown, 0u);
+  // Smaller passes (decode steps) allocate nothing new.
+  model.forward_batch({m3::BatchInput{&a, prompt.data() + 100, nullptr, 1, m3::LogitsFor::Last, &with_ws}}, ws);
+  EXPECT_EQ(ws.bytes(), grown);
+  model.forward_batch({m3::BatchInput{&a, prompt.data() + 101, nullptr, 99, m3::LogitsFor::All, &with_ws}}, ws);
+  // The same tokens through the model's own workspace give the same bits.
+  model.forward(b, prompt.data(), 101, m3::LogitsFor::None, plain);
+  model.forward(b, prompt.data() + 101, 99, m3::LogitsFor::All, plain);
+  expect_same(with_ws, plain, "workspace vs own");
+}
