@@ -166,6 +166,25 @@ TEST(HttpConnection, BodiesWithoutALength) {
   EXPECT_EQ(exchange("POST /e HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n").rfind("HTTP/1.1 400", 0), 0u);
 }
 
+TEST(HttpConnection, ExpectContinueIsAnsweredBeforeTheBody) {
+  const int fd = connect_client();
+  const std::string head = "POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 3\r\n" + kClose + "\r\n";
+  ASSERT_EQ(send(fd, head.data(), head.size(), MSG_NOSIGNAL), ssize_t(head.size()));
+  char buf[4096];
+  const ssize_t n = recv(fd, buf, sizeof buf, 0);  // the body is not sent until the server asks
+  ASSERT_GT(n, 0);
+  EXPECT_EQ(std::string(buf, size_t(n)), "HTTP/1.1 100 Continue\r\n\r\n");
+  ASSERT_EQ(send(fd, "abc", 3, MSG_NOSIGNAL), 3);
+  std::string out;
+  for (ssize_t m; (m = recv(fd, buf, sizeof buf, 0)) > 0;) out.append(buf, size_t(m));
+  close(fd);
+  EXPECT_NE(out.find("[POST /e abc]"), std::string::npos) << out;
+  // A body over the limit is refused instead of invited; other expectations are 417.
+  const std::string big = exchange("POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 99999\r\n\r\n");
+  EXPECT_EQ(big.rfind("HTTP/1.1 413", 0), 0u) << big;
+  EXPECT_EQ(exchange("POST /e HTTP/1.1\r\nHost: x\r\nExpect: magic\r\nContent-Length: 0\r\n\r\n").rfind("HTTP/1.1 417", 0), 0u);
+}
+
 TEST(HttpConnection, StreamsAreChunkedOnHttp11AndCloseDelimitedOnHttp10) {
   const std::string s11 = exchange("GET /stream HTTP/1.1\r\nHost: x\r\n" + kClose + "\r\n");
   EXPECT_NE(s11.find("Transfer-Encoding: chunked"), std::string::npos) << s11;
