@@ -10,7 +10,7 @@ packages=(
   libcli11-dev                                # the m3 command line
   python3 python3-numpy                       # float64 reference (tests/reference)
   libstb-dev libjpeg62-turbo-dev python3-pil  # image decoding (stb_image, libjpeg-turbo as Pillow), image tests
-  libcpp-httplib-dev                          # HTTP server of m3 serve
+  libboost-dev zlib1g-dev                     # HTTP server of m3 serve (Boost.Beast), gzip request bodies
   libopenblas-dev libdnnl-dev                 # optional: `m3 bench libs` compares our matmul with them
   libavformat-dev libavcodec-dev              # video decoding (FFmpeg, in-process)
   libswscale-dev libavutil-dev

@@ -1,7 +1,5 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -16,9 +14,9 @@
 #include "chat/output_parser.h"
 #include "runtime/engine.h"
 #include "server/api_error.h"
+#include "server/http_connection.h"
 #include "server/media.h"
 #include "server/metrics.h"
-#include "server/peer_socket.h"
 #include "server/prefix_cache.h"
 #include "server/request.h"
 #include "server/stop_strings.h"
@@ -52,12 +50,7 @@ int64_t now_seconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-void send_json(httplib::Response& res, int status, const Json& j) {
-  res.status = status;
-  res.set_content(dump(j), "application/json");
-}
-
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status, error_body(e)); }
+bool send_json(HttpResponder& res, int status, const Json& j) { return res.send(status, "application/json", dump(j)); }
 
 class Server {
  public:
@@ -90,147 +83,113 @@ class Server {
   }
 
   void serve() {
-    httplib::Server http;
-    const size_t nthreads = size_t(std::max(4, opt_.http_threads));
-    http.new_task_queue = [nthreads] { return new httplib::ThreadPool(nthreads); };
-    http.set_payload_max_length(opt_.max_body_bytes);
-    // Streams are many small writes (one SSE event per token): without TCP_NODELAY, Nagle's
-    // algorithm holds each one back until the client's delayed ACK (~40 ms).
-    http.set_tcp_nodelay(true);
+    HttpLimits limits;
+    limits.max_body_bytes = opt_.max_body_bytes;
     // A client that stops sending its request, or stops reading its stream, is dropped after this
     // long (its generation is cancelled and its slot freed).
-    http.set_read_timeout(opt_.timeout_seconds);
-    http.set_write_timeout(opt_.timeout_seconds);
+    limits.timeout_seconds = opt_.timeout_seconds;
+    limits.idle_seconds = std::min(5, opt_.timeout_seconds);
+    limits.max_connections = std::max(4, opt_.http_threads);
+    HttpListener http(opt_.host, opt_.port, limits);
+    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, %s KV cache, prefix cache %llu MiB\n",
+                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->pool->size(),
+                 std::string(dtype_name(opt_.cache_type)).c_str(), (unsigned long long)opt_.cache_mb);
+    std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), http.port());
+    std::fflush(stderr);
+    http.serve([this](const HttpRequest& req, HttpResponder& res) { route(req, res); },
+               [this](const std::string& method, const std::string& path, int status) {
+                 static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
+                 std::string ep = "other";
+                 for (const char* k : known)
+                   if (path == k) ep = k;
+                 metrics_.count_request(ep, status);
+                 std::fprintf(stderr, "m3 serve: %s %s %d\n", method.c_str(), path.c_str(), status);
+               });
+  }
 
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (opt_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-      const std::string auth = req.get_header_value("Authorization");
+ private:
+  void route(const HttpRequest& req, HttpResponder& res) {
+    if (!opt_.api_key.empty() && req.path != "/health") {
+      const std::string auth = req.header("Authorization");
       if (auth != "Bearer " + opt_.api_key) {
         send_json(res, 401,
                   error_body(auth.empty() ? "missing API key: send \"Authorization: Bearer KEY\"" : "invalid API key",
                              "invalid_request_error", {}, "invalid_api_key"));
-        return httplib::Server::HandlerResponse::Handled;
+        return;
       }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    http.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req, httplib::Response& res) {
-      if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-      if (res.status == 404) {
-        send_json(res, 404, error_body("unknown path: " + req.method + " " + req.path, "invalid_request_error", {}, "not_found"));
-      } else if (res.status == 413) {
-        send_json(res, 413,
-                  error_body(str_cat("request body larger than the limit of ", opt_.max_body_bytes, " bytes (--max-body-bytes)"),
-                             "invalid_request_error", {}, "request_too_large"));
-      } else {
-        send_json(res, res.status, error_body(str_cat("HTTP ", res.status), res.status >= 500 ? "server_error" : "invalid_request_error"));
-      }
-      return httplib::Server::HandlerResponse::Handled;
-    }));
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-      std::string what = "internal error";
-      try {
-        if (ep) std::rethrow_exception(ep);
-      } catch (const std::exception& e) {
-        what = std::string("internal error: ") + e.what();
-      } catch (...) {
-      }
-      send_json(res, 500, error_body(what, "server_error"));
-    });
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
-      std::string ep = "other";
-      for (const char* k : known)
-        if (req.path == k) ep = k;
-      metrics_.count_request(ep, res.status);
-      std::fprintf(stderr, "m3 serve: %s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
-    });
-
-    http.Get("/health", [](const httplib::Request&, httplib::Response& res) { send_json(res, 200, Json{{"status", "ok"}}); });
-    http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-      res.set_content(metrics_.render(), "text/plain; version=0.0.4");
-    });
-    http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    }
+    const bool get = req.method == "GET", post = req.method == "POST";
+    if (get && req.path == "/health") {
+      send_json(res, 200, Json{{"status", "ok"}});
+    } else if (get && req.path == "/metrics") {
+      res.send(200, "text/plain; version=0.0.4", metrics_.render());
+    } else if (get && req.path == "/v1/models") {
       Json m = {{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "m3.cpp"},
                 {"context_length", ctx_}};
       send_json(res, 200, Json{{"object", "list"}, {"data", Json::array({m})}});
-    });
-    http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    } else if (post && req.path == "/v1/chat/completions") {
       handle(req, res, Endpoint::Chat);
-    });
-    http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    } else if (post && req.path == "/v1/completions") {
       handle(req, res, Endpoint::Completion);
-    });
-
-    int port = opt_.port;
-    if (port == 0) {
-      port = http.bind_to_any_port(opt_.host);
-      M3_CHECK(port > 0, "cannot bind ", opt_.host, " on any port");
     } else {
-      M3_CHECK(http.bind_to_port(opt_.host, port), "cannot bind ", opt_.host, ":", port, " (in use, or not an address of this machine)");
+      send_json(res, 404, error_body("unknown path: " + req.method + " " + req.path, "invalid_request_error", {}, "not_found"));
     }
-    std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, %s KV cache, prefix cache %llu MiB\n",
-                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->pool->size(),
-                 std::string(dtype_name(opt_.cache_type)).c_str(), (unsigned long long)opt_.cache_mb);
-    std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), port);
-    std::fflush(stderr);
-    M3_CHECK(http.listen_after_bind(), "the HTTP server stopped unexpectedly");
   }
 
- private:
-  void handle(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  void handle(const HttpRequest& req, HttpResponder& res, Endpoint endpoint) {
     std::shared_ptr<Job> job;
     try {
       job = prepare(req.body, endpoint);
     } catch (const ApiError& e) {
-      send_error(res, e);
+      send_json(res, e.status, error_body(e));
       return;
     }
     auto ex = std::make_shared<Exchange>();
-    // Polled while the answer is pending: a client that leaves cancels its generation.
-    const PeerSocket peer(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     const int n = job->gen.n;
     auto group = n > 1 ? std::make_shared<ChoiceGroup>(n) : nullptr;
     std::vector<std::unique_ptr<Generation>> choices;
     for (int i = 0; i < n; ++i)
       choices.push_back(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_, i, group));
     scheduler_->submit(std::move(choices));
+    // While the answer is pending the connection is polled: a client that leaves cancels its
+    // generation (the scheduler retires it after the current step).
     if (!job->gen.stream) {
       std::unique_lock<std::mutex> lk(ex->mu);
       while (!ex->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return ex->done; }))
-        if (peer.peer_closed()) ex->cancelled = true;  // the scheduler ends it; the answer goes nowhere
-      res.status = ex->status;
-      res.set_content(ex->body, "application/json");
+        if (res.peer_closed()) ex->cancelled = true;  // the scheduler ends it; the answer goes nowhere
+      const int status = ex->status;
+      const std::string body = std::move(ex->body);
+      lk.unlock();
+      res.send(status, "application/json", body);
       return;
     }
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [ex, peer](size_t, httplib::DataSink& sink) {
-          std::unique_lock<std::mutex> lk(ex->mu);
-          for (;;) {
-            ex->cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return !ex->events.empty() || ex->done; });
-            while (!ex->events.empty()) {
-              std::string e = std::move(ex->events.front());
-              ex->events.pop_front();
-              lk.unlock();
-              if (!sink.write(e.data(), e.size())) {
-                ex->cancelled = true;
-                return false;
-              }
-              lk.lock();
-            }
-            if (ex->done) {
-              lk.unlock();
-              sink.done();
-              return true;
-            }
-            if ((sink.is_writable && !sink.is_writable()) || peer.peer_closed()) {  // e.g. during a long prefill
-              ex->cancelled = true;
-              return false;
-            }
-          }
-        },
-        [ex](bool) { ex->cancelled = true; });
+    if (!res.begin_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) {
+      ex->cancelled = true;
+      return;
+    }
+    std::unique_lock<std::mutex> lk(ex->mu);
+    for (;;) {
+      ex->cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return !ex->events.empty() || ex->done; });
+      while (!ex->events.empty()) {
+        std::string e = std::move(ex->events.front());
+        ex->events.pop_front();
+        lk.unlock();
+        if (!res.write_stream(e)) {
+          ex->cancelled = true;
+          return;
+        }
+        lk.lock();
+      }
+      if (ex->done) {
+        lk.unlock();
+        res.end_stream();
+        return;
+      }
+      if (res.peer_closed()) {  // e.g. during a long prefill, when no write would fail
+        ex->cancelled = true;
+        return;
+      }
+    }
   }
 
   // Parses, renders and tokenizes the request (HTTP thread; the tokenizer is thread-safe).
