@@ -14,6 +14,7 @@ packages=(
   libopenblas-dev libdnnl-dev                 # optional: `m3 bench libs` compares our matmul with them
   libavformat-dev libavcodec-dev              # video decoding (FFmpeg, in-process)
   libswscale-dev libavutil-dev
+  clang libclang-rt-dev                       # fuzz harnesses (libFuzzer + ASan/UBSan runtimes), scripts/fuzz.sh
 )
 
 missing=()

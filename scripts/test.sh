@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs: install packages, build Release and run every test (unit + integration
-# against the float64 NumPy reference), then build with ASan+UBSan and run the unit tests again.
+# against the float64 NumPy reference), then build with ASan+UBSan and run the unit tests again,
+# then a short run of every fuzz harness (clang + libFuzzer; docs/FUZZING.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -8,3 +9,4 @@ bash scripts/build.sh release
 ctest --preset release
 bash scripts/build.sh asan
 ctest --preset asan
+bash scripts/fuzz.sh 20
