@@ -194,7 +194,7 @@ class Server {
 
   // Parses, renders and tokenizes the request (HTTP thread; the tokenizer is thread-safe).
   std::shared_ptr<Job> prepare(const std::string& body, Endpoint endpoint) {
-    const Json j = parse_json_body(body);
+    const Json j = parse_json_body(body, opt_.max_json_depth);
     auto job = std::make_shared<Job>();
     job->endpoint = endpoint;
     job->created = now_seconds();

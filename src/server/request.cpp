@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "chat/chat_template.h"
+#include "chat/json_depth.h"
 #include "chat/thinking_budget.h"
 
 namespace m3::server {
@@ -21,6 +22,20 @@ const char* type_name(const Json& v) {
     case Json::value_t::number_float: return "a number";
     default: return "an integer";
   }
+}
+
+// A value for an error message: numbers as written, anything else by its type and size. Never the
+// whole value (a client's 8 MB array does not go back in a 400).
+std::string excerpt(const Json& v) {
+  if (v.is_number() || v.is_boolean()) return v.dump();
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() <= 40) return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+    return str_cat("a string of ", s.size(), " bytes");
+  }
+  if (v.is_array()) return str_cat("an array of ", v.size(), " elements");
+  if (v.is_object()) return str_cat("an object of ", v.size(), " members");
+  return type_name(v);
 }
 
 [[noreturn]] void bad(const std::string& param, const std::string& what) {
@@ -111,7 +126,7 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
   }
   if (const Json* n = field(body, "n")) {
     if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > kMaxChoices)
-      bad("n", "expected an integer from 1 to " + std::to_string(kMaxChoices) + ", got " + n->dump());
+      bad("n", "expected an integer from 1 to " + std::to_string(kMaxChoices) + ", got " + excerpt(*n));
     g.n = int(n->get<int64_t>());
   }
   g.stream = boolean(body, "stream", false);
@@ -148,12 +163,21 @@ std::string param_of_error_message(std::string_view message) {
   return std::string(head);
 }
 
-Json parse_json_body(std::string_view body) {
+Json parse_json_body(std::string_view body, int max_depth) {
+  // Measured on the text first: no Json value deeper than the limit is ever built, copied or dumped.
+  if (const auto at = chat::json_depth_exceeded_at(body, max_depth))
+    throw ApiError(400,
+                   str_cat("request body: JSON nested deeper than the limit of ", max_depth, " levels (at byte ", *at,
+                           "; the server's --max-json-depth)"),
+                   {}, "json_too_deep");
   Json j;
   try {
     j = Json::parse(body.begin(), body.end());
   } catch (const nlohmann::json::exception& e) {
-    throw ApiError(400, std::string("request body is not valid JSON: ") + e.what(), {}, "invalid_json");
+    // nlohmann quotes the offending token whole (a 100,000-digit number): keep the message short.
+    std::string what = e.what();
+    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    throw ApiError(400, "request body is not valid JSON: " + what, {}, "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, std::string("request body: expected a JSON object, got ") + type_name(j));
   return j;

@@ -2,6 +2,9 @@
 // the prefix cache (on a synthetic KV cache), metrics text.
 #include <gtest/gtest.h>
 
+#include "base/error.h"
+#include "chat/chat_template.h"
+
 #include "server/metrics.h"
 #include "server/media.h"
 #include "server/prefix_cache.h"
@@ -146,6 +149,61 @@ TEST(ServerRequest, MutatedBodiesNeverCrash) {
         EXPECT_EQ(e.status, 400);
       }
     }
+  }
+}
+
+TEST(ServerRequest, DeepNestingIsRefusedBeforeParsing) {
+  // 1,000,000 levels (2 MB) crashed the server by recursing in copies, dumps and the XML writer.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  for (const std::string& body :
+       {std::string("{") + kUser + R"(,"n":)" + deep + "}", R"({"messages":[{"role":"user","content":)" + deep + "}]}",
+        R"({"x":)" + deep + "," + kUser + "}"}) {
+    try {
+      parse_json_body(body);
+      ADD_FAILURE() << "accepted a 1,000,000-deep body";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(std::string(e.what()).find("limit of 128 levels"), std::string::npos) << e.what();
+      EXPECT_EQ(e.code, "json_too_deep");
+    }
+  }
+  // Exactly at the limit parses; brackets inside strings (escaped quotes too) do not count.
+  const std::string at_limit = "{\"a\":" + std::string(127, '[') + std::string(127, ']') + "}";
+  EXPECT_NO_THROW(parse_json_body(at_limit));
+  EXPECT_THROW(parse_json_body("{\"a\":" + std::string(128, '[') + std::string(128, ']') + "}"), ApiError);
+  EXPECT_NO_THROW(parse_json_body("{\"a\":\"\\\"" + std::string(500, '[') + "\"}"));
+  EXPECT_NO_THROW(parse_json_body("{\"a\":[[[1]]]}", 4));
+  EXPECT_THROW(parse_json_body("{\"a\":[[[1]]]}", 3), ApiError);
+}
+
+TEST(ServerRequest, DeepToolCallArgumentsInTheHistoryAreRefused) {
+  // The arguments string is JSON inside a JSON string: the body's depth check cannot see it.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[)"
+                           R"({"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":)" + deep + R"(}"}}]}]})";
+  const ChatRequest r = parse_chat_request(parse_json_body(body));
+  try {
+    m3::chat::render_chat(r.messages, r.tools, {});
+    ADD_FAILURE() << "rendered 100,000-deep arguments";
+  } catch (const m3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("messages[1].tool_calls[0].function.arguments"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ServerRequest, ErrorsQuoteAnExcerptNotTheValue) {
+  std::string big = "[1";
+  for (int i = 0; i < 50000; ++i) big += ",1";
+  big += "]";
+  ApiError e = chat_error(std::string("{") + kUser + R"(,"n":)" + big + "}");
+  EXPECT_EQ(e.param, "n");
+  EXPECT_LT(std::string(e.what()).size(), 200u) << std::string(e.what()).substr(0, 300);
+  EXPECT_NE(std::string(e.what()).find("an array of 50001 elements"), std::string::npos) << std::string(e.what()).substr(0, 300);
+  // The JSON parser's own message quotes the bad token whole: it is cut too.
+  try {
+    parse_json_body(std::string("{\"n\":") + std::string(100000, '1') + "}");
+    ADD_FAILURE() << "a 100,000-digit number parsed";
+  } catch (const ApiError& err) {
+    EXPECT_LT(std::string(err.what()).size(), 300u) << std::string(err.what()).substr(0, 400);
   }
 }
 
