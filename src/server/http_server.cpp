@@ -201,6 +201,7 @@ class Server {
     const Tokenizer& tok = *engine_->tokenizer;
     if (endpoint == Endpoint::Chat) {
       ChatRequest r = parse_chat_request(j, random_seed());
+      check_token_ids(r.gen, sample_vocab_);
       chat::RenderedPrompt prompt;
       try {
         chat::ChatTemplateOptions topt;
@@ -247,6 +248,7 @@ class Server {
       job->id = "chatcmpl-" + random_hex(24);
     } else {
       CompletionRequest r = parse_completion_request(j, random_seed());
+      check_token_ids(r.gen, sample_vocab_);
       // A raw prompt: control tokens written in it are matched (it is the caller's own markup).
       job->prompt = tok.encode(r.prompt, /*allow_special=*/true);
       job->gen = std::move(r.gen);

@@ -64,6 +64,10 @@ Json parse_json_body(std::string_view body, int max_depth = chat::kDefaultMaxJso
 ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset = 0);
 CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset = 0);
 
+// ApiError(400) when a token id the request names (logit_bias) is not below `vocab_size`, the
+// ids the tokenizer can decode. Called once the model is known.
+void check_token_ids(const GenerationParams& gen, int vocab_size);
+
 // The text the generation is forced to start with so that tool_choice "required" / a named tool
 // is honoured: the opening of a tool-call block (and of the named invoke). Empty for auto/none.
 // `mode` decides whether an open reasoning block must be closed first.

@@ -2,6 +2,8 @@
 // the prefix cache (on a synthetic KV cache), metrics text.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "base/error.h"
 #include "chat/chat_template.h"
 
@@ -205,6 +207,46 @@ TEST(ServerRequest, ErrorsQuoteAnExcerptNotTheValue) {
   } catch (const ApiError& err) {
     EXPECT_LT(std::string(err.what()).size(), 300u) << std::string(err.what()).substr(0, 400);
   }
+}
+
+TEST(ServerRequest, LogitBias) {
+  auto r = parse_chat_request(parse_json_body(std::string("{") + kUser + R"(,"logit_bias":{"5":-100,"17":2.5,"0":100}})"));
+  ASSERT_EQ(r.gen.sampling.logit_bias.size(), 3u);
+  std::map<int32_t, float> got(r.gen.sampling.logit_bias.begin(), r.gen.sampling.logit_bias.end());
+  EXPECT_EQ(got[5], -100.0f);
+  EXPECT_EQ(got[17], 2.5f);
+  EXPECT_EQ(got[0], 100.0f);
+  EXPECT_NO_THROW(check_token_ids(r.gen, 18));
+  try {
+    check_token_ids(r.gen, 17);
+    ADD_FAILURE() << "id 17 accepted with a vocabulary of 17";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "logit_bias");
+  }
+  auto c = parse_completion_request(parse_json_body(R"({"prompt":"x","logit_bias":{"3":-1}})"));
+  ASSERT_EQ(c.gen.sampling.logit_bias.size(), 1u);
+  for (const char* bad : {R"("logit_bias":[1])", R"("logit_bias":"x")", R"("logit_bias":{"a":1})",
+                          R"("logit_bias":{"-1":1})", R"("logit_bias":{"1.5":1})", R"("logit_bias":{"":1})",
+                          R"("logit_bias":{"99999999999":1})", R"("logit_bias":{"1":"x"})", R"("logit_bias":{"1":101})",
+                          R"("logit_bias":{"1":-100.5})", R"("logit_bias":{"1":null})"}) {
+    ApiError e = chat_error(std::string("{") + kUser + "," + bad + "}");
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param.rfind("logit_bias", 0), 0u) << bad << " -> " << e.param;
+  }
+}
+
+TEST(ServerRequest, UnknownAndUnsupportedFieldsAreRefused) {
+  for (const char* extra : {R"("functions":[])", R"("audio":{})", R"("modalities":["text","audio"])", R"("best_of":1)",
+                            R"("parallel_tool_calls":false)", R"("prediction":{})"}) {
+    ApiError e = chat_error(std::string("{") + kUser + "," + extra + "}");
+    EXPECT_EQ(e.status, 400) << extra;
+  }
+  EXPECT_NO_THROW(parse_chat_request(parse_json_body(std::string("{") + kUser + R"(,"user":"u1","parallel_tool_calls":true})")));
+  EXPECT_EQ(chat_error(std::string("{") + kUser + R"(,"chat_template_kwargs":{"add_vision_id":true}})").param,
+            "chat_template_kwargs.add_vision_id");
+  EXPECT_EQ(chat_error(std::string("{") + kUser + R"(,"frobnicate":1})").param, "frobnicate");
+  EXPECT_THROW(parse_completion_request(parse_json_body(R"({"prompt":"x","tools":[]})")), ApiError);
 }
 
 TEST(ServerRequest, Completions) {
