@@ -1,7 +1,11 @@
 // m3 serve building blocks that need no model: request parsing and validation, stop strings,
 // the prefix cache (on a synthetic KV cache), metrics text.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "base/error.h"
@@ -544,4 +548,45 @@ TEST(ServerPrefixCache, ConversationsSharingAPrefixHoldItsPagesOnce) {
   m3::KvCache expect(small_shape());
   fill(expect, a, 0, 19);
   EXPECT_TRUE(same_prefix(*again.cache, expect, 19));
+}
+
+TEST(ServerMedia, MalformedDataUrlsAreRefused) {
+  // "data:,AAAA" compared at comma - 7 and threw std::out_of_range (HTTP 500).
+  m3::server::MediaOptions o;
+  for (const char* url : {"data:,AAAA", "data:x,AAAA", "data:", "data:,", "data:;base64", "data:base64,AAAA"}) {
+    try {
+      m3::server::read_media_bytes(url, o, "messages[0].content[1]");
+      ADD_FAILURE() << "accepted " << url;
+    } catch (const m3::server::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << url;
+      EXPECT_EQ(e.param, "messages[0].content[1]") << url;
+    }
+  }
+  EXPECT_EQ(m3::server::read_media_bytes("data:;base64,aGk=", o, "p"), "hi");  // an empty MIME type is fine
+}
+
+TEST(ServerMedia, OnlyRegularFilesAreReadFromTheAllowedFolder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("m3_media_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  { std::ofstream(dir / "a.png", std::ios::binary) << "bytes"; }
+  ASSERT_EQ(::mkfifo((dir / "pipe.png").c_str(), 0600), 0);
+  fs::create_directory(dir / "sub.png");
+  m3::server::MediaOptions o;
+  o.allowed_local_dir = dir.string();
+  EXPECT_EQ(m3::server::read_media_bytes((dir / "a.png").string(), o, "p"), "bytes");
+  // A FIFO blocked the request thread until a writer came; a folder is not a file either.
+  for (const char* name : {"pipe.png", "sub.png"}) {
+    try {
+      m3::server::read_media_bytes((dir / name).string(), o, "messages[0].content[0]");
+      ADD_FAILURE() << "read " << name;
+    } catch (const m3::server::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  o.max_bytes = 2;
+  EXPECT_THROW(m3::server::read_media_bytes((dir / "a.png").string(), o, "p"), m3::server::ApiError);
+  fs::remove_all(dir);
 }
