@@ -14,6 +14,8 @@
 //    sparse_disable_index_value absent -> equal to sparse_attention_freq (M3 has no index value
 //    branch on any MSA layer). head_dim absent -> hidden_size / num_attention_heads.
 //  - Unknown keys are ignored (the real file carries many informational ones).
+//  - Sizes must stay under sane ceilings (kMaxLayers ...): a lying file cannot make the engine
+//    build huge per-layer or per-expert tables before its tensors are compared with them.
 #include "io/model_config.h"
 
 #include <cmath>
