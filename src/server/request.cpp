@@ -24,6 +24,14 @@ const char* type_name(const Json& v) {
   }
 }
 
+// The first `max` bytes of s (fewer if a UTF-8 character would be split), "..." when cut.
+std::string shortened(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // a continuation byte
+  return s.substr(0, n) + "...";
+}
+
 // A value for an error message: numbers as written, anything else by its type and size. Never the
 // whole value (a client's 8 MB array does not go back in a 400).
 std::string excerpt(const Json& v) {
@@ -201,7 +209,7 @@ template <size_t N>
 void refuse_unknown_fields(const Json& body, const char* const (&endpoint_fields)[N]) {
   for (const auto& [key, value] : body.items()) {
     if (listed(kGenerationFields, key) || listed(endpoint_fields, key)) continue;
-    const std::string shown = key.size() <= 40 ? key : key.substr(0, 40) + "...";
+    const std::string shown = shortened(key, 40);
     throw ApiError(400, "unknown field \"" + shown + "\": not supported by this server (docs/SERVER.md lists the fields)",
                    shown, "unsupported_parameter");
   }
@@ -231,9 +239,7 @@ Json parse_json_body(std::string_view body, int max_depth) {
     j = Json::parse(body.begin(), body.end());
   } catch (const nlohmann::json::exception& e) {
     // nlohmann quotes the offending token whole (a 100,000-digit number): keep the message short.
-    std::string what = e.what();
-    if (what.size() > 200) what = what.substr(0, 200) + "...";
-    throw ApiError(400, "request body is not valid JSON: " + what, {}, "invalid_json");
+    throw ApiError(400, "request body is not valid JSON: " + shortened(e.what(), 200), {}, "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, std::string("request body: expected a JSON object, got ") + type_name(j));
   return j;
@@ -325,7 +331,7 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
     // The M3 template reads these two; any other keyword would be silently dropped.
     for (const auto& [key, value] : k->items())
       if (key != "thinking_mode" && key != "enable_thinking")
-        bad("chat_template_kwargs." + (key.size() <= 40 ? key : key.substr(0, 40) + "..."),
+        bad("chat_template_kwargs." + shortened(key, 40),
             "not used by the M3 chat template (it reads thinking_mode and enable_thinking)");
   }
   try {

@@ -250,6 +250,9 @@ TEST(ServerRequest, UnknownAndUnsupportedFieldsAreRefused) {
   EXPECT_EQ(chat_error(std::string("{") + kUser + R"(,"chat_template_kwargs":{"add_vision_id":true}})").param,
             "chat_template_kwargs.add_vision_id");
   EXPECT_EQ(chat_error(std::string("{") + kUser + R"(,"frobnicate":1})").param, "frobnicate");
+  // A long key is cut for the message, never inside a UTF-8 character (39 bytes, then a 2-byte one).
+  EXPECT_EQ(chat_error(std::string("{") + kUser + ",\"" + std::string(39, 'k') + "\xc3\xa9zzz\":1}").param,
+            std::string(39, 'k') + "...");
   EXPECT_THROW(parse_completion_request(parse_json_body(R"({"prompt":"x","tools":[]})")), ApiError);
 }
 
