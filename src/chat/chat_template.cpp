@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "base/error.h"
+#include "chat/json_depth.h"
 #include "chat/tool_call_xml.h"
 #include "tokenizer/tokenizer.h"
 
@@ -239,6 +240,9 @@ HistoryCall parse_history_call(const Json& call, const std::string& cf) {
     out.arguments = Json::object();
   } else if (args->is_string()) {
     const std::string& s = args->get_ref<const std::string&>();
+    // A string inside the body escapes the body's depth limit: measure it before parsing it.
+    M3_CHECK(!json_depth_exceeded_at(s, kDefaultMaxJsonDepth), cf, ".function.arguments: JSON nested deeper than ",
+             kDefaultMaxJsonDepth, " levels");
     // Some clients send "" for a call without parameters.
     out.arguments = s.find_first_not_of(" \t\r\n") == std::string::npos ? Json::object()
                                                                          : Json::parse(s, nullptr, false);

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdint>
 
+#include "chat/json_depth.h"
 #include "chat/text_scan.h"
 
 namespace m3::chat {
@@ -91,28 +92,9 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-bool json_depth_ok(std::string_view s) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 // A JSON value parsed from the text, or discarded.
 Json parse_json(std::string_view t) {
-  if (t.empty() || !json_depth_ok(t)) return Json(Json::value_t::discarded);
+  if (t.empty() || json_depth_exceeded_at(t, kMaxJsonDepth)) return Json(Json::value_t::discarded);
   return Json::parse(t.begin(), t.end(), nullptr, /*allow_exceptions=*/false);
 }
 

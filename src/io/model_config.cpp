@@ -14,6 +14,8 @@
 //    sparse_disable_index_value absent -> equal to sparse_attention_freq (M3 has no index value
 //    branch on any MSA layer). head_dim absent -> hidden_size / num_attention_heads.
 //  - Unknown keys are ignored (the real file carries many informational ones).
+//  - Sizes must stay under sane ceilings (kMaxLayers ...): a lying file cannot make the engine
+//    build huge per-layer or per-expert tables before its tensors are compared with them.
 #include "io/model_config.h"
 
 #include <cmath>
@@ -33,6 +35,19 @@ using nlohmann::json;
 constexpr int kDefaultIndexDim = 128;
 constexpr int kDefaultTopkBlocks = 16;
 constexpr int kDefaultBlockSize = 128;
+
+// Sane ceilings for the sizes a config declares. Per-layer tables, tensor-name lists and RoPE
+// tables are built from these numbers before any tensor is compared with them, so a lying
+// config (num_hidden_layers: 2000000000) must be refused here, not after gigabytes of tables.
+// Each ceiling is orders of magnitude above M3 (spec §1: 6144 hidden, 200K vocabulary, 128
+// experts) and any model of its kind, and small enough that what is built from it is cheap.
+constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxWidth = 1 << 20;         // hidden, intermediate and head sizes
+constexpr int64_t kMaxHeads = 1 << 14;
+constexpr int64_t kMaxVocab = 1 << 24;
+constexpr int64_t kMaxExperts = 1 << 16;
+constexpr int64_t kMaxPositions = int64_t(1) << 32;
+constexpr int64_t kMaxSmallCount = 1 << 16;    // block sizes, top-k, patch and merge sizes, frames
 
 // A JSON value as it appears in the file, shortened for one-line messages.
 std::string shown(const json& v) {
@@ -206,6 +221,9 @@ TextConfig parse_text(const json& obj, const std::string& source) {
   TextConfig t;
   t.hidden_size = r.req_int("hidden_size", kPosInt);
   t.num_hidden_layers = r.req_int("num_hidden_layers", kPosInt);
+  // Before the per-layer lists below are sized from it.
+  if (t.num_hidden_layers > kMaxLayers)
+    fail(source, ": text_config.num_hidden_layers: expected at most ", kMaxLayers, ", got ", t.num_hidden_layers);
   t.num_attention_heads = r.req_int("num_attention_heads", kPosInt);
   t.num_key_value_heads = r.req_int("num_key_value_heads", kPosInt);
   t.vocab_size = r.req_int("vocab_size", kPosInt);
@@ -364,6 +382,9 @@ struct Checker {
     if (got != supported)
       bad(key, "only \"", supported, "\" is supported (", why, "), got \"", got, "\"");
   }
+  void at_most(const std::string& key, int64_t v, int64_t max) const {
+    if (v > max) bad(key, "expected at most ", max, " (a sane limit for this size), got ", v);
+  }
   void flag_list(const std::string& key, const std::vector<int>& list, int num_layers) const {
     if (list.size() != size_t(num_layers))
       bad(key, "expected ", num_layers, " entries (one per layer, num_hidden_layers), got ",
@@ -382,6 +403,24 @@ void validate_text(const TextConfig& t, const Checker& c) {
   c.positive(p + "head_dim", t.head_dim);
   c.positive(p + "vocab_size", t.vocab_size);
   c.positive(p + "max_position_embeddings", t.max_position_embeddings);
+  c.at_most(p + "hidden_size", t.hidden_size, kMaxWidth);
+  c.at_most(p + "num_hidden_layers", t.num_hidden_layers, kMaxLayers);
+  c.at_most(p + "num_attention_heads", t.num_attention_heads, kMaxHeads);
+  c.at_most(p + "num_key_value_heads", t.num_key_value_heads, kMaxHeads);
+  c.at_most(p + "head_dim", t.head_dim, kMaxWidth);
+  c.at_most(p + "vocab_size", t.vocab_size, kMaxVocab);
+  c.at_most(p + "max_position_embeddings", t.max_position_embeddings, kMaxPositions);
+  c.at_most(p + "dense_intermediate_size", t.dense_intermediate_size, kMaxWidth);
+  c.at_most(p + "intermediate_size", t.intermediate_size, kMaxWidth);
+  c.at_most(p + "shared_intermediate_size", t.shared_intermediate_size, kMaxWidth);
+  c.at_most(p + "num_local_experts", t.num_local_experts, kMaxExperts);
+  c.at_most(p + "num_experts_per_tok", t.num_experts_per_tok, kMaxExperts);
+  c.at_most(p + "num_mtp_modules", t.num_mtp_modules, kMaxLayers);
+  c.at_most(p + "num_nextn_predict_layers", t.num_nextn_predict_layers, kMaxLayers);
+  c.at_most(p + "sparse_attention_config.sparse_index_dim", t.sparse.sparse_index_dim, kMaxWidth);
+  c.at_most(p + "sparse_attention_config.sparse_num_index_heads", t.sparse.sparse_num_index_heads, kMaxHeads);
+  c.at_most(p + "sparse_attention_config.sparse_topk_blocks", t.sparse.sparse_topk_blocks, kMaxSmallCount);
+  c.at_most(p + "sparse_attention_config.sparse_block_size", t.sparse.sparse_block_size, kMaxSmallCount);
   if (t.num_attention_heads % t.num_key_value_heads != 0)
     c.bad(p + "num_key_value_heads", "num_attention_heads ", t.num_attention_heads,
           " is not a multiple of num_key_value_heads ", t.num_key_value_heads,
@@ -481,6 +520,17 @@ void validate_vision(const ModelConfig& m, const Checker& c) {
   c.positive(p + "vision_segment_max_frames", v.vision_segment_max_frames);
   c.positive("img_token_compression_config.spatial_merge_size", v.spatial_merge_size);
   c.positive("img_token_compression_config.temporal_patch_size", v.temporal_patch_size);
+  c.at_most(p + "hidden_size", v.hidden_size, kMaxWidth);
+  c.at_most(p + "num_attention_heads", v.num_attention_heads, kMaxHeads);
+  c.at_most(p + "num_hidden_layers", v.num_hidden_layers, kMaxLayers);
+  c.at_most(p + "intermediate_size", v.intermediate_size, kMaxWidth);
+  c.at_most(p + "patch_size", v.patch_size, kMaxSmallCount);
+  c.at_most(p + "image_size", v.image_size, kMaxSmallCount);
+  c.at_most(p + "projection_dim", v.projection_dim, kMaxWidth);
+  c.at_most(p + "num_channels", v.num_channels, 16);
+  c.at_most(p + "vision_segment_max_frames", v.vision_segment_max_frames, kMaxSmallCount);
+  c.at_most("img_token_compression_config.spatial_merge_size", v.spatial_merge_size, kMaxSmallCount);
+  c.at_most("img_token_compression_config.temporal_patch_size", v.temporal_patch_size, kMaxSmallCount);
   if (v.image_size < 0) c.bad(p + "image_size", "expected >= 0, got ", v.image_size);
   if (v.projection_dim < 0) c.bad(p + "projection_dim", "expected >= 0, got ", v.projection_dim);
   if (v.hidden_size % v.num_attention_heads != 0)

@@ -21,6 +21,11 @@ void SamplingParams::validate() const {
            presence_penalty);
   M3_CHECK(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f, "frequency_penalty must be in [-2, 2], got ",
            frequency_penalty);
+  for (const auto& [id, bias] : logit_bias) {
+    M3_CHECK(id >= 0, "logit_bias: token id must be >= 0, got ", id);
+    M3_CHECK(std::isfinite(bias) && bias >= -100.0f && bias <= 100.0f, "logit_bias: bias must be in [-100, 100], got ",
+             bias);
+  }
 }
 
 Sampler::Sampler(SamplingParams p) : p_(p), rng_(p.seed) { p_.validate(); }
@@ -49,6 +54,8 @@ int32_t Sampler::sample(const float* logits, int vocab, const std::vector<int32_
       if (history[i] >= 0 && history[i] < vocab) ++count[history[i]];
     for (const auto& [id, c] : count) work_[size_t(id)] -= p_.frequency_penalty * float(c) + p_.presence_penalty;
   }
+  for (const auto& [id, bias] : p_.logit_bias)
+    if (id < vocab) work_[size_t(id)] += bias;
   if (p_.temperature == 0.0f) return argmax(work_.data(), vocab);
 
   // Candidates sorted by logit (descending, ties by id so the draw is reproducible).

@@ -1,9 +1,10 @@
 #pragma once
 // Turns logits into the next token. Greedy when temperature is 0; otherwise the usual chain:
-// repetition penalty -> presence/frequency penalties -> top-k -> temperature -> top-p -> min-p ->
+// repetition penalty -> presence/frequency penalties -> logit_bias -> top-k -> temperature -> top-p -> min-p ->
 // draw (seeded, reproducible).
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace m3 {
@@ -20,6 +21,10 @@ struct SamplingParams {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   uint64_t seed = 0;
+  // OpenAI's logit_bias: (token id, bias in [-100, 100]) added to the logit after the penalties and
+  // before the draw (greedy too). -100 in practice bans a token, +100 forces it. Ids past the
+  // sampled vocabulary are refused by the caller, which knows the tokenizer; here they are skipped.
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   void validate() const;  // throws m3::Error naming the bad field
 };

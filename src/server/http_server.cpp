@@ -194,13 +194,14 @@ class Server {
 
   // Parses, renders and tokenizes the request (HTTP thread; the tokenizer is thread-safe).
   std::shared_ptr<Job> prepare(const std::string& body, Endpoint endpoint) {
-    const Json j = parse_json_body(body);
+    const Json j = parse_json_body(body, opt_.max_json_depth);
     auto job = std::make_shared<Job>();
     job->endpoint = endpoint;
     job->created = now_seconds();
     const Tokenizer& tok = *engine_->tokenizer;
     if (endpoint == Endpoint::Chat) {
       ChatRequest r = parse_chat_request(j, random_seed());
+      check_token_ids(r.gen, sample_vocab_);
       chat::RenderedPrompt prompt;
       try {
         chat::ChatTemplateOptions topt;
@@ -247,6 +248,7 @@ class Server {
       job->id = "chatcmpl-" + random_hex(24);
     } else {
       CompletionRequest r = parse_completion_request(j, random_seed());
+      check_token_ids(r.gen, sample_vocab_);
       // A raw prompt: control tokens written in it are matched (it is the caller's own markup).
       job->prompt = tok.encode(r.prompt, /*allow_special=*/true);
       job->gen = std::move(r.gen);

@@ -23,6 +23,7 @@ struct ServerOptions {
   int http_threads = 32;
   int parallel = 1;              // sequences decoded together (continuous batching)
   int timeout_seconds = 60;
+  int max_json_depth = 128;      // request bodies nested deeper are refused with 400 (chat/json_depth.h)
   std::string allowed_local_media_path;  // image parts may name files under this folder; empty: data: URLs only      // HTTP read/write timeout: slow or stalled clients are dropped
 };
 

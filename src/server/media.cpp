@@ -1,7 +1,12 @@
 #include "server/media.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 #include <filesystem>
-#include <fstream>
 
 #include "base/error.h"
 #include "server/api_error.h"
@@ -46,10 +51,34 @@ std::string read_local(const std::string& path, const MediaOptions& o, const std
   const std::string r = root.string(), f = file.string();
   const bool inside = !ec && f.size() > r.size() && f.compare(0, r.size(), r) == 0 && (r.back() == '/' || f[r.size()] == '/');
   if (!inside) throw ApiError(400, "media path is outside --allowed-local-media-path", param, "invalid_media");
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw ApiError(400, "cannot read media file " + path, param, "invalid_media");
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (bytes.size() > o.max_bytes) throw ApiError(400, str_cat("media file larger than ", o.max_bytes, " bytes"), param, "invalid_media");
+  // Only a regular file: a FIFO would block this thread until a writer came, a device could be
+  // read forever. O_NONBLOCK makes the open itself return at once for a FIFO; fstat then decides
+  // on the opened file (no race between a check and the open).
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) throw ApiError(400, "cannot read media file " + path, param, "invalid_media");
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw ApiError(400, "media path " + path + " is not a regular file", param, "invalid_media");
+  if (uint64_t(st.st_size) > o.max_bytes)
+    throw ApiError(400, str_cat("media file larger than ", o.max_bytes, " bytes"), param, "invalid_media");
+  // A regular file on a stalled network mount can still be slow: give up after the deadline.
+  const auto deadline = std::chrono::steady_clock::now() + o.read_deadline;
+  std::string bytes(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n < 0) throw ApiError(400, "cannot read media file " + path, param, "invalid_media");
+    if (n == 0) break;  // the file shrank while we read it
+    got += size_t(n);
+    if (std::chrono::steady_clock::now() > deadline)
+      throw ApiError(400, "reading media file " + path + " took longer than the deadline", param, "invalid_media");
+  }
+  bytes.resize(got);
   return bytes;
 }
 
@@ -81,8 +110,12 @@ bool decode_base64(std::string_view in, std::string& out) {
 
 std::string read_media_bytes(const std::string& url, const MediaOptions& o, const std::string& param) {
   if (url.rfind("data:", 0) == 0) {
+    // data:<mime>;base64,<data>: the header (between "data:" and the first comma) must end in
+    // ";base64". The header can be shorter than ";base64" itself ("data:,AAAA").
     const size_t comma = url.find(',');
-    if (comma == std::string::npos || url.compare(comma - 7, 7, ";base64") != 0)
+    const std::string_view header =
+        comma == std::string::npos ? std::string_view() : std::string_view(url).substr(5, comma - 5);
+    if (comma == std::string::npos || !header.ends_with(";base64"))
       throw ApiError(400, "expected a data URL of the form data:<mime>;base64,<data>", param, "invalid_media");
     std::string bytes;
     if (!decode_base64(std::string_view(url).substr(comma + 1), bytes))

@@ -5,6 +5,7 @@
 
 #include "base/error.h"
 #include "chat/chat_template.h"
+#include "chat/json_depth.h"
 #include "chat/thinking_budget.h"
 
 namespace m3::server {
@@ -21,6 +22,28 @@ const char* type_name(const Json& v) {
     case Json::value_t::number_float: return "a number";
     default: return "an integer";
   }
+}
+
+// The first `max` bytes of s (fewer if a UTF-8 character would be split), "..." when cut.
+std::string shortened(const std::string& s, size_t max) {
+  if (s.size() <= max) return s;
+  size_t n = max;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;  // a continuation byte
+  return s.substr(0, n) + "...";
+}
+
+// A value for an error message: numbers as written, anything else by its type and size. Never the
+// whole value (a client's 8 MB array does not go back in a 400).
+std::string excerpt(const Json& v) {
+  if (v.is_number() || v.is_boolean()) return v.dump();
+  if (v.is_string()) {
+    const std::string& s = v.get_ref<const std::string&>();
+    if (s.size() <= 40) return Json(s).dump(-1, ' ', false, Json::error_handler_t::replace);
+    return str_cat("a string of ", s.size(), " bytes");
+  }
+  if (v.is_array()) return str_cat("an array of ", v.size(), " elements");
+  if (v.is_object()) return str_cat("an object of ", v.size(), " members");
+  return type_name(v);
 }
 
 [[noreturn]] void bad(const std::string& param, const std::string& what) {
@@ -63,6 +86,32 @@ std::optional<int64_t> positive_int(const Json& body, const char* name) {
   const int64_t x = v->get<int64_t>();
   if (x < 1) bad(name, str_cat("must be at least 1, got ", x));
   return x;
+}
+
+// OpenAI's map {"token id": bias}. The ids are checked against the vocabulary later
+// (check_token_ids): the tokenizer is not known here.
+std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body) {
+  std::vector<std::pair<int32_t, float>> out;
+  const Json* m = field(body, "logit_bias");
+  if (!m) return out;
+  if (!m->is_object()) bad("logit_bias", std::string("expected an object mapping token ids to biases, got ") + type_name(*m));
+  for (const auto& [key, value] : m->items()) {
+    const std::string shown = key.size() <= 20 ? "\"" + key + "\"" : str_cat("a key of ", key.size(), " bytes");
+    int64_t id = 0;
+    bool digits = !key.empty() && key.size() <= 10;
+    for (char c : key) {
+      digits = digits && c >= '0' && c <= '9';
+      if (digits) id = id * 10 + (c - '0');
+    }
+    if (!digits || id > INT32_MAX) bad("logit_bias", "keys must be token ids (decimal integers), got " + shown);
+    if (!value.is_number())
+      bad(str_cat("logit_bias.", id), std::string("expected a number from -100 to 100, got ") + type_name(value));
+    const double b = value.get<double>();
+    if (!std::isfinite(b) || b < -100.0 || b > 100.0)
+      bad(str_cat("logit_bias.", id), str_cat("must be between -100 and 100, got ", b));
+    out.emplace_back(int32_t(id), float(b));
+  }
+  return out;
 }
 
 GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
@@ -111,7 +160,7 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
   }
   if (const Json* n = field(body, "n")) {
     if (!n->is_number_integer() || n->get<int64_t>() < 1 || n->get<int64_t>() > kMaxChoices)
-      bad("n", "expected an integer from 1 to " + std::to_string(kMaxChoices) + ", got " + n->dump());
+      bad("n", "expected an integer from 1 to " + std::to_string(kMaxChoices) + ", got " + excerpt(*n));
     g.n = int(n->get<int64_t>());
   }
   g.stream = boolean(body, "stream", false);
@@ -124,6 +173,7 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
     else if (t == "json_schema") bad("response_format", "json_schema is not supported (json_object and text are)");
     else if (t != "text") bad("response_format", "type must be \"text\" or \"json_object\", got \"" + t + "\"");
   }
+  g.sampling.logit_bias = parse_logit_bias(body);
   if (const Json* so = field(body, "stream_options")) {
     if (!so->is_object()) bad("stream_options", std::string("expected an object, got ") + type_name(*so));
     g.include_usage = boolean(*so, "include_usage", false, "stream_options.");
@@ -134,6 +184,35 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
     throw ApiError(400, e.what());
   }
   return g;
+}
+
+// Every field a request may carry: each one is implemented (or refused with its own message
+// below). Anything else is a 400, never silently ignored: a client that asks for something this
+// server does not do must find out. `user` is OpenAI's end-user id for abuse tracking; it has no
+// effect on the output by definition, so accepting it ignores nothing.
+const char* const kGenerationFields[] = {
+    "model", "temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+    "frequency_penalty", "seed", "max_tokens", "max_completion_tokens", "stop", "n", "stream",
+    "stream_options", "ignore_eos", "response_format", "logit_bias", "logprobs", "user"};
+const char* const kChatFields[] = {"messages", "tools", "tool_choice", "parallel_tool_calls", "top_logprobs",
+                                   "reasoning_effort", "chat_template_kwargs"};
+const char* const kCompletionFields[] = {"prompt", "echo", "suffix", "best_of"};
+
+template <size_t N>
+bool listed(const char* const (&names)[N], std::string_view key) {
+  for (const char* n : names)
+    if (key == n) return true;
+  return false;
+}
+
+template <size_t N>
+void refuse_unknown_fields(const Json& body, const char* const (&endpoint_fields)[N]) {
+  for (const auto& [key, value] : body.items()) {
+    if (listed(kGenerationFields, key) || listed(endpoint_fields, key)) continue;
+    const std::string shown = shortened(key, 40);
+    throw ApiError(400, "unknown field \"" + shown + "\": not supported by this server (docs/SERVER.md lists the fields)",
+                   shown, "unsupported_parameter");
+  }
 }
 
 const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -148,12 +227,19 @@ std::string param_of_error_message(std::string_view message) {
   return std::string(head);
 }
 
-Json parse_json_body(std::string_view body) {
+Json parse_json_body(std::string_view body, int max_depth) {
+  // Measured on the text first: no Json value deeper than the limit is ever built, copied or dumped.
+  if (const auto at = chat::json_depth_exceeded_at(body, max_depth))
+    throw ApiError(400,
+                   str_cat("request body: JSON nested deeper than the limit of ", max_depth, " levels (at byte ", *at,
+                           "; the server's --max-json-depth)"),
+                   {}, "json_too_deep");
   Json j;
   try {
     j = Json::parse(body.begin(), body.end());
   } catch (const nlohmann::json::exception& e) {
-    throw ApiError(400, std::string("request body is not valid JSON: ") + e.what(), {}, "invalid_json");
+    // nlohmann quotes the offending token whole (a 100,000-digit number): keep the message short.
+    throw ApiError(400, "request body is not valid JSON: " + shortened(e.what(), 200), {}, "invalid_json");
   }
   if (!j.is_object()) throw ApiError(400, std::string("request body: expected a JSON object, got ") + type_name(j));
   return j;
@@ -161,6 +247,12 @@ Json parse_json_body(std::string_view body) {
 
 ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
   ChatRequest r;
+  refuse_unknown_fields(body, kChatFields);
+  // Calls are parsed as the model writes them, several per turn; one-at-a-time is not enforced.
+  if (const Json* p = field(body, "parallel_tool_calls")) {
+    if (!p->is_boolean()) bad("parallel_tool_calls", std::string("expected a boolean, got ") + type_name(*p));
+    if (!p->get<bool>()) bad("parallel_tool_calls", "false is not supported (the model may make several calls per turn)");
+  }
   auto m = body.find("messages");
   if (m == body.end()) bad("messages", "missing (an array of chat messages is required)");
   if (!m->is_array()) bad("messages", std::string("expected an array, got ") + type_name(*m));
@@ -234,8 +326,14 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
     }
   }
 
-  if (const Json* k = field(body, "chat_template_kwargs"))
+  if (const Json* k = field(body, "chat_template_kwargs")) {
     if (!k->is_object()) bad("chat_template_kwargs", std::string("expected an object, got ") + type_name(*k));
+    // The M3 template reads these two; any other keyword would be silently dropped.
+    for (const auto& [key, value] : k->items())
+      if (key != "thinking_mode" && key != "enable_thinking")
+        bad("chat_template_kwargs." + shortened(key, 40),
+            "not used by the M3 chat template (it reads thinking_mode and enable_thinking)");
+  }
   try {
     if (const Json* e = field(body, "reasoning_effort")) {
       // A name, or an explicit reasoning-token budget (a number or a string of digits).
@@ -268,6 +366,7 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
 
 CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset) {
   CompletionRequest r;
+  refuse_unknown_fields(body, kCompletionFields);
   auto p = body.find("prompt");
   if (p == body.end() || p->is_null()) bad("prompt", "missing (a string is required)");
   if (p->is_string()) {
@@ -286,6 +385,12 @@ CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_un
   if (const Json* l = field(body, "logprobs"))
     if (!(l->is_boolean() && !l->get<bool>())) bad("logprobs", "not supported by /v1/completions (use /v1/chat/completions)");
   return r;
+}
+
+void check_token_ids(const GenerationParams& gen, int vocab_size) {
+  for (const auto& [id, bias] : gen.sampling.logit_bias)
+    if (id >= vocab_size)
+      bad("logit_bias", str_cat("token id ", id, " is outside the vocabulary (ids 0 to ", vocab_size - 1, ")"));
 }
 
 std::string forced_tool_prefix(const ToolChoice& choice, chat::ThinkingMode mode) {

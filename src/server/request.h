@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/json_depth.h"
 #include "chat/m3_format.h"
 #include "runtime/sampler.h"
 #include "server/api_error.h"
@@ -55,12 +56,17 @@ struct CompletionRequest {
   GenerationParams gen;
 };
 
-// The body as JSON (an object), or ApiError(400) quoting the JSON parser.
-Json parse_json_body(std::string_view body);
+// The body as JSON (an object), or ApiError(400) quoting the JSON parser; text nested deeper than
+// `max_depth` arrays/objects is refused before it is parsed (chat/json_depth.h).
+Json parse_json_body(std::string_view body, int max_depth = chat::kDefaultMaxJsonDepth);
 
 // `seed_if_unset` is used when the request has no seed (the server passes a random one).
 ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset = 0);
 CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset = 0);
+
+// ApiError(400) when a token id the request names (logit_bias) is not below `vocab_size`, the
+// ids the tokenizer can decode. Called once the model is known.
+void check_token_ids(const GenerationParams& gen, int vocab_size);
 
 // The text the generation is forced to start with so that tool_choice "required" / a named tool
 // is honoured: the opening of a tool-call block (and of the named invoke). Empty for auto/none.

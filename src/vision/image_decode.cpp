@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "base/error.h"
+#include "vision/png_chunks.h"
 
 // stb_image is compiled here, private to this file (STB_IMAGE_STATIC), so the build needs no
 // libstb link and cannot clash with another copy. Only the formats we accept are compiled in.
@@ -386,6 +387,60 @@ Dims header_dims(const uint8_t* d, size_t n, Format f) {
   }
 }
 
+// --- how many pixels the file's bytes can really hold ---------------------------------------------
+
+// A header can claim any size; decoding then allocates and fills width x height pixels from data
+// that is not there (a 342-byte BMP claiming 9000 x 9000 took 17 s). Each format's coding has a
+// hard limit on how many pixels one byte can produce; a header that claims more than the file
+// can back is refused before decoding. The limits are proofs, not guesses, so no valid image is
+// refused. Returns -1 when this format (or coding) has no such limit.
+int64_t pixels_backed_by(const uint8_t* d, size_t n, Format f, uint64_t png_idat_bytes) {
+  switch (f) {
+    case Format::png:
+      // Deflate expands at most 1032-fold; each row is one filter byte plus at least 1 bit per
+      // pixel, so the IDAT bytes hold at most 8 * 1032 pixels each.
+      return int64_t(std::min<uint64_t>(png_idat_bytes, uint64_t(INT32_MAX)) * 8 * 1032);
+    case Format::jpeg: {
+      // Huffman coding spends at least one bit on every 8 x 8 block's DC coefficient of the
+      // full-resolution component: at most 512 pixels per byte. Arithmetic coding (SOF9..SOF15,
+      // rare) has no such floor: no limit then.
+      size_t p = 2;
+      while (p + 4 <= n && d[p] == 0xFF) {
+        const uint8_t m = d[p + 1];
+        if (m == 0xFF) { ++p; continue; }
+        if (m == 0xDA || m == 0xD9) break;
+        if (m >= 0xC9 && m <= 0xCF && m != 0xCC) return -1;
+        if (m >= 0xC0 && m <= 0xC7 && m != 0xC4) return int64_t(n) * 512;
+        p += 2 + (size_t(d[p + 2]) << 8 | d[p + 3]);
+      }
+      return -1;
+    }
+    case Format::gif:
+      // LZW codes are at least 3 bits and one code emits at most 4096 pixels.
+      return int64_t(n) * 8 / 3 * 4096;
+    case Format::bmp: {
+      // Uncompressed (BI_RGB, BI_BITFIELDS, BI_ALPHABITFIELDS) rows are ((bpp * width + 31) / 32) * 4
+      // bytes: the header's size must fit in the file after the pixel-data offset. RLE is not
+      // decoded at all (stb_image refuses it).
+      if (n < 26) return -1;
+      const bool os2 = le32(d + 14) == 12;  // OS/2 core header: 16-bit sizes, never compressed
+      if (!os2 && n < 34) return -1;
+      const uint32_t compression = os2 ? 0 : uint32_t(le32(d + 30));
+      if (compression != 0 && compression != 3 && compression != 6) return -1;
+      const uint64_t bpp = os2 ? le16(d + 24) : le16(d + 28);
+      if (bpp == 0) return -1;
+      const uint64_t offset = uint32_t(le32(d + 10));
+      const uint64_t data = n > offset ? n - offset : 0;
+      const uint64_t width = os2 ? le16(d + 18) : uint64_t(std::abs(int64_t(le32(d + 18))));
+      const uint64_t row = (bpp * width + 31) / 32 * 4;
+      if (row == 0) return -1;
+      return int64_t(std::min<uint64_t>(data / row, uint64_t(INT32_MAX)) * width);  // whole rows present
+    }
+    default:
+      return -1;
+  }
+}
+
 // --- GIF: what lies outside the first frame -----------------------------------------------------
 
 // The first frame may cover only part of the logical screen. Pillow fills the rest with the
@@ -481,8 +536,13 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
   M3_CHECK(dims.known, name, ": corrupt ", format_name(f), " (no readable image header)");
   M3_CHECK(dims.width > 0 && dims.height > 0, name, ": zero-size ", format_name(f), " image (", dims.width, "x",
            dims.height, ")");
-  M3_CHECK(dims.width * dims.height <= opt.max_pixels, name, ": image is ", dims.width, "x", dims.height,
-           " pixels, more than the limit of ", opt.max_pixels);
+  // Header values go up to 2^32 - 1 each: compare without forming a product that could overflow.
+  M3_CHECK(dims.width <= opt.max_pixels && dims.height <= opt.max_pixels / dims.width, name, ": image is ", dims.width,
+           "x", dims.height, " pixels, more than the limit of ", opt.max_pixels);
+  const uint64_t idat_bytes = f == Format::png ? check_png_chunks(data, size, name).idat_bytes : 0;
+  const int64_t backed = pixels_backed_by(data, size, f, idat_bytes);
+  M3_CHECK(backed < 0 || dims.width * dims.height <= backed, name, ": corrupt ", format_name(f), " (the header claims ",
+           dims.width, "x", dims.height, " pixels but the file's ", size, " bytes can hold at most ", backed, ")");
 
   RgbImage image;
   int orientation = 1;

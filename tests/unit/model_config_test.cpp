@@ -3,6 +3,7 @@
 // names the key.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -387,11 +388,26 @@ TEST(ModelConfig, BadFilesAndText) {
 
 // Mutation sweep: replacing any single value of the real config by a value of another type either
 // parses or throws m3::Error, never anything else (no nlohmann exception, no crash).
+TEST(ModelConfig, HugeSizesAreRefusedBeforeTablesAreBuilt) {
+  expect_error(mutated([](json& j) { j["text_config"]["num_hidden_layers"] = 2000000000; }),
+               {"text_config.num_hidden_layers", "at most 4096"});
+  expect_error(mutated([](json& j) { j["text_config"]["num_local_experts"] = 2000000000; }),
+               {"text_config.num_local_experts", "at most"});
+  expect_error(mutated([](json& j) { j["text_config"]["vocab_size"] = 2000000000; }), {"text_config.vocab_size"});
+  expect_error(mutated([](json& j) { j["vision_config"]["num_hidden_layers"] = 2000000000; }),
+               {"vision_config.num_hidden_layers", "at most"});
+  expect_error(mutated([](json& j) { j["text_config"]["max_position_embeddings"] = int64_t(1) << 40; }),
+               {"text_config.max_position_embeddings", "at most"});
+}
+
 TEST(ModelConfig, MutationsNeverEscapeAsOtherExceptions) {
   const json base = real_json();
   const std::vector<json> replacements = {json(nullptr), json("s"), json(-1), json(0), json(2.5),
                                           json(true), json::array(), json::object(),
-                                          json(int64_t(1) << 40)};
+                                          json(int64_t(1) << 40),
+                                          // Fit in 32 bits: sizes that tables were once allocated
+                                          // from (num_hidden_layers 2e9 took 17 s and gigabytes).
+                                          json(2000000000), json(INT32_MAX)};
   int cases = 0;
   // Walk every value by JSON pointer.
   std::vector<json::json_pointer> pointers;
@@ -411,7 +427,10 @@ TEST(ModelConfig, MutationsNeverEscapeAsOtherExceptions) {
       try {
         ModelConfig c = ModelConfig::from_json_text(j.dump(), "config.json");
         (void)count_model(c);
-      } catch (const Error&) {
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        EXPECT_EQ(msg.find('\n'), std::string::npos) << "not one line: " << msg;
+        EXPECT_EQ(msg.rfind("config.json: ", 0), 0u) << msg;
       }
       ++cases;
     }

@@ -109,3 +109,34 @@ TEST(KvCache, PagesFollowBlocksAndTruncateFreesThem) {
   EXPECT_EQ(c.num_pages(), 1 * 2 + 1);
   EXPECT_THROW(c.set_length(9), Error);
 }
+
+TEST(Sampler, LogitBiasMovesTheGreedyChoice) {
+  const float logits[] = {1.0f, 3.0f, 2.0f, -1.0f};
+  SamplingParams p;
+  p.logit_bias = {{1, -100.0f}};  // bans the argmax: the runner-up wins
+  EXPECT_EQ(Sampler(p).sample(logits, 4, {}, 0), 2);
+  p.logit_bias = {{3, 100.0f}};  // forces the least likely token
+  EXPECT_EQ(Sampler(p).sample(logits, 4, {}, 0), 3);
+  p.logit_bias = {{1, -1.5f}};  // a small bias is added, not a ban: 3 - 1.5 < 2
+  EXPECT_EQ(Sampler(p).sample(logits, 4, {}, 0), 2);
+}
+
+TEST(Sampler, LogitBiasBansATokenWhenSampling) {
+  const float logits[] = {0.0f, 0.0f, 0.0f};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.seed = 7;
+  p.logit_bias = {{0, -100.0f}, {2, -100.0f}};
+  Sampler s(p);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.sample(logits, 3, {}, 0), 1);
+}
+
+TEST(Sampler, LogitBiasOutsideItsRangeIsRefused) {
+  SamplingParams p;
+  p.logit_bias = {{0, 100.5f}};
+  EXPECT_THROW(p.validate(), Error);
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_THROW(p.validate(), Error);
+  p.logit_bias = {{0, -100.0f}, {5, 100.0f}};
+  EXPECT_NO_THROW(p.validate());
+}

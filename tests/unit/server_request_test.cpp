@@ -1,6 +1,15 @@
 // m3 serve building blocks that need no model: request parsing and validation, stop strings,
 // the prefix cache (on a synthetic KV cache), metrics text.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "base/error.h"
+#include "chat/chat_template.h"
 
 #include "server/metrics.h"
 #include "server/media.h"
@@ -147,6 +156,104 @@ TEST(ServerRequest, MutatedBodiesNeverCrash) {
       }
     }
   }
+}
+
+TEST(ServerRequest, DeepNestingIsRefusedBeforeParsing) {
+  // 1,000,000 levels (2 MB) crashed the server by recursing in copies, dumps and the XML writer.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  for (const std::string& body :
+       {std::string("{") + kUser + R"(,"n":)" + deep + "}", R"({"messages":[{"role":"user","content":)" + deep + "}]}",
+        R"({"x":)" + deep + "," + kUser + "}"}) {
+    try {
+      parse_json_body(body);
+      ADD_FAILURE() << "accepted a 1,000,000-deep body";
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(std::string(e.what()).find("limit of 128 levels"), std::string::npos) << e.what();
+      EXPECT_EQ(e.code, "json_too_deep");
+    }
+  }
+  // Exactly at the limit parses; brackets inside strings (escaped quotes too) do not count.
+  const std::string at_limit = "{\"a\":" + std::string(127, '[') + std::string(127, ']') + "}";
+  EXPECT_NO_THROW(parse_json_body(at_limit));
+  EXPECT_THROW(parse_json_body("{\"a\":" + std::string(128, '[') + std::string(128, ']') + "}"), ApiError);
+  EXPECT_NO_THROW(parse_json_body("{\"a\":\"\\\"" + std::string(500, '[') + "\"}"));
+  EXPECT_NO_THROW(parse_json_body("{\"a\":[[[1]]]}", 4));
+  EXPECT_THROW(parse_json_body("{\"a\":[[[1]]]}", 3), ApiError);
+}
+
+TEST(ServerRequest, DeepToolCallArgumentsInTheHistoryAreRefused) {
+  // The arguments string is JSON inside a JSON string: the body's depth check cannot see it.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string body = R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":null,"tool_calls":[)"
+                           R"({"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":)" + deep + R"(}"}}]}]})";
+  const ChatRequest r = parse_chat_request(parse_json_body(body));
+  try {
+    m3::chat::render_chat(r.messages, r.tools, {});
+    ADD_FAILURE() << "rendered 100,000-deep arguments";
+  } catch (const m3::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("messages[1].tool_calls[0].function.arguments"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ServerRequest, ErrorsQuoteAnExcerptNotTheValue) {
+  std::string big = "[1";
+  for (int i = 0; i < 50000; ++i) big += ",1";
+  big += "]";
+  ApiError e = chat_error(std::string("{") + kUser + R"(,"n":)" + big + "}");
+  EXPECT_EQ(e.param, "n");
+  EXPECT_LT(std::string(e.what()).size(), 200u) << std::string(e.what()).substr(0, 300);
+  EXPECT_NE(std::string(e.what()).find("an array of 50001 elements"), std::string::npos) << std::string(e.what()).substr(0, 300);
+  // The JSON parser's own message quotes the bad token whole: it is cut too.
+  try {
+    parse_json_body(std::string("{\"n\":") + std::string(100000, '1') + "}");
+    ADD_FAILURE() << "a 100,000-digit number parsed";
+  } catch (const ApiError& err) {
+    EXPECT_LT(std::string(err.what()).size(), 300u) << std::string(err.what()).substr(0, 400);
+  }
+}
+
+TEST(ServerRequest, LogitBias) {
+  auto r = parse_chat_request(parse_json_body(std::string("{") + kUser + R"(,"logit_bias":{"5":-100,"17":2.5,"0":100}})"));
+  ASSERT_EQ(r.gen.sampling.logit_bias.size(), 3u);
+  std::map<int32_t, float> got(r.gen.sampling.logit_bias.begin(), r.gen.sampling.logit_bias.end());
+  EXPECT_EQ(got[5], -100.0f);
+  EXPECT_EQ(got[17], 2.5f);
+  EXPECT_EQ(got[0], 100.0f);
+  EXPECT_NO_THROW(check_token_ids(r.gen, 18));
+  try {
+    check_token_ids(r.gen, 17);
+    ADD_FAILURE() << "id 17 accepted with a vocabulary of 17";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, "logit_bias");
+  }
+  auto c = parse_completion_request(parse_json_body(R"({"prompt":"x","logit_bias":{"3":-1}})"));
+  ASSERT_EQ(c.gen.sampling.logit_bias.size(), 1u);
+  for (const char* bad : {R"("logit_bias":[1])", R"("logit_bias":"x")", R"("logit_bias":{"a":1})",
+                          R"("logit_bias":{"-1":1})", R"("logit_bias":{"1.5":1})", R"("logit_bias":{"":1})",
+                          R"("logit_bias":{"99999999999":1})", R"("logit_bias":{"1":"x"})", R"("logit_bias":{"1":101})",
+                          R"("logit_bias":{"1":-100.5})", R"("logit_bias":{"1":null})"}) {
+    ApiError e = chat_error(std::string("{") + kUser + "," + bad + "}");
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param.rfind("logit_bias", 0), 0u) << bad << " -> " << e.param;
+  }
+}
+
+TEST(ServerRequest, UnknownAndUnsupportedFieldsAreRefused) {
+  for (const char* extra : {R"("functions":[])", R"("audio":{})", R"("modalities":["text","audio"])", R"("best_of":1)",
+                            R"("parallel_tool_calls":false)", R"("prediction":{})"}) {
+    ApiError e = chat_error(std::string("{") + kUser + "," + extra + "}");
+    EXPECT_EQ(e.status, 400) << extra;
+  }
+  EXPECT_NO_THROW(parse_chat_request(parse_json_body(std::string("{") + kUser + R"(,"user":"u1","parallel_tool_calls":true})")));
+  EXPECT_EQ(chat_error(std::string("{") + kUser + R"(,"chat_template_kwargs":{"add_vision_id":true}})").param,
+            "chat_template_kwargs.add_vision_id");
+  EXPECT_EQ(chat_error(std::string("{") + kUser + R"(,"frobnicate":1})").param, "frobnicate");
+  // A long key is cut for the message, never inside a UTF-8 character (39 bytes, then a 2-byte one).
+  EXPECT_EQ(chat_error(std::string("{") + kUser + ",\"" + std::string(39, 'k') + "\xc3\xa9zzz\":1}").param,
+            std::string(39, 'k') + "...");
+  EXPECT_THROW(parse_completion_request(parse_json_body(R"({"prompt":"x","tools":[]})")), ApiError);
 }
 
 TEST(ServerRequest, Completions) {
@@ -444,4 +551,45 @@ TEST(ServerPrefixCache, ConversationsSharingAPrefixHoldItsPagesOnce) {
   m3::KvCache expect(small_shape());
   fill(expect, a, 0, 19);
   EXPECT_TRUE(same_prefix(*again.cache, expect, 19));
+}
+
+TEST(ServerMedia, MalformedDataUrlsAreRefused) {
+  // "data:,AAAA" compared at comma - 7 and threw std::out_of_range (HTTP 500).
+  m3::server::MediaOptions o;
+  for (const char* url : {"data:,AAAA", "data:x,AAAA", "data:", "data:,", "data:;base64", "data:base64,AAAA"}) {
+    try {
+      m3::server::read_media_bytes(url, o, "messages[0].content[1]");
+      ADD_FAILURE() << "accepted " << url;
+    } catch (const m3::server::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << url;
+      EXPECT_EQ(e.param, "messages[0].content[1]") << url;
+    }
+  }
+  EXPECT_EQ(m3::server::read_media_bytes("data:;base64,aGk=", o, "p"), "hi");  // an empty MIME type is fine
+}
+
+TEST(ServerMedia, OnlyRegularFilesAreReadFromTheAllowedFolder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("m3_media_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  { std::ofstream(dir / "a.png", std::ios::binary) << "bytes"; }
+  ASSERT_EQ(::mkfifo((dir / "pipe.png").c_str(), 0600), 0);
+  fs::create_directory(dir / "sub.png");
+  m3::server::MediaOptions o;
+  o.allowed_local_dir = dir.string();
+  EXPECT_EQ(m3::server::read_media_bytes((dir / "a.png").string(), o, "p"), "bytes");
+  // A FIFO blocked the request thread until a writer came; a folder is not a file either.
+  for (const char* name : {"pipe.png", "sub.png"}) {
+    try {
+      m3::server::read_media_bytes((dir / name).string(), o, "messages[0].content[0]");
+      ADD_FAILURE() << "read " << name;
+    } catch (const m3::server::ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      EXPECT_NE(std::string(e.what()).find("not a regular file"), std::string::npos) << e.what();
+    }
+  }
+  o.max_bytes = 2;
+  EXPECT_THROW(m3::server::read_media_bytes((dir / "a.png").string(), o, "p"), m3::server::ApiError);
+  fs::remove_all(dir);
 }

@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "vision/image_decode.h"
+#include "vision/png_chunks.h"
 #include "vision/preprocess.h"
 #include "vision/resize.h"
 
@@ -379,6 +380,84 @@ TEST(VisionDecode, ErrorsNameTheFileAndTheProblem) {
   expect_error([&] { decode_image(jpg.data(), jpg.size() * 2 / 3, "cut.jpg"); }, {"cut.jpg", "truncated"});
 
   expect_error([] { decode_image_file("/nonexistent/dir/x.png"); }, {"/nonexistent/dir/x.png", "cannot open"});
+}
+
+// ---- hostile headers: sizes the file cannot back, overflowing values, wrong CRCs ---------------
+
+void put_be32(std::vector<uint8_t>& v, size_t at, uint32_t x) {
+  for (int i = 0; i < 4; ++i) v[at + size_t(i)] = uint8_t(x >> (24 - 8 * i));
+}
+void put_le(std::vector<uint8_t>& v, size_t at, uint32_t x, int bytes) {
+  for (int i = 0; i < bytes; ++i) v[at + size_t(i)] = uint8_t(x >> (8 * i));
+}
+// A PNG whose IHDR says w x h, with the IHDR CRC recomputed so that only the size lies.
+std::vector<uint8_t> png_claiming(uint32_t w, uint32_t h) {
+  const RgbImage src = random_image(16, 16, 3);
+  std::vector<uint8_t> png = encode("png", 16, 16, 3, src.pixels);
+  put_be32(png, 16, w);
+  put_be32(png, 20, h);
+  put_be32(png, 29, crc32_update(0, png.data() + 12, 17));
+  return png;
+}
+
+TEST(VisionDecode, Crc32KnownValue) {
+  const char* text = "123456789";
+  EXPECT_EQ(crc32_update(0, reinterpret_cast<const uint8_t*>(text), 9), 0xCBF43926u);
+  // Continuing a CRC over a split buffer equals one pass.
+  EXPECT_EQ(crc32_update(crc32_update(0, reinterpret_cast<const uint8_t*>(text), 4), reinterpret_cast<const uint8_t*>(text) + 4, 5),
+            0xCBF43926u);
+}
+
+TEST(VisionDecode, HeaderValuesNeverOverflow) {
+  // 4294967295 x 4294967295: the pixel count overflowed int64 (a UBSan report) before.
+  const std::vector<uint8_t> png = png_claiming(0xFFFFFFFFu, 0xFFFFFFFFu);
+  expect_error([&] { decode_image(png.data(), png.size(), "max.png"); }, {"max.png", "4294967295x4294967295", "limit"});
+  const std::vector<uint8_t> tall = png_claiming(1, 0xFFFFFFFFu);
+  expect_error([&] { decode_image(tall.data(), tall.size(), "tall.png"); }, {"tall.png", "limit"});
+}
+
+TEST(VisionDecode, PngWithAWrongCrcIsRefused) {
+  const RgbImage src = random_image(8, 8, 1);
+  std::vector<uint8_t> png = encode("png", 8, 8, 3, src.pixels);
+  ASSERT_NO_THROW(decode_image(png.data(), png.size(), "ok.png"));
+  png[29] ^= 1;  // the IHDR chunk's CRC (Pillow refuses this file)
+  expect_error([&] { decode_image(png.data(), png.size(), "crc.png"); }, {"crc.png", "wrong CRC", "IHDR"});
+  std::vector<uint8_t> data_crc = encode("png", 8, 8, 3, src.pixels);
+  data_crc[data_crc.size() - 13] ^= 0x40;  // the last IDAT chunk's CRC, just before IEND
+  expect_error([&] { decode_image(data_crc.data(), data_crc.size(), "idat.png"); }, {"idat.png", "wrong CRC", "IDAT"});
+}
+
+TEST(VisionDecode, SizesTheFileCannotHoldAreRefusedBeforeDecoding) {
+  // Each claims 9000 x 9000 (81 megapixels, under the pixel limit) around a few bytes of data;
+  // they were decoded as 81-megapixel images (17 s each) before.
+  const std::vector<uint8_t> png = png_claiming(9000, 9000);
+  expect_error([&] { decode_image(png.data(), png.size(), "bomb.png"); }, {"bomb.png", "9000x9000", "can hold at most"});
+
+  std::vector<uint8_t> bmp(342, 0);  // 14-byte file header, 40-byte BITMAPINFOHEADER, 288 bytes of pixels
+  bmp[0] = 'B', bmp[1] = 'M';
+  put_le(bmp, 2, 342, 4);
+  put_le(bmp, 10, 54, 4);
+  put_le(bmp, 14, 40, 4);
+  put_le(bmp, 18, 9000, 4);
+  put_le(bmp, 22, 9000, 4);
+  put_le(bmp, 26, 1, 2);
+  put_le(bmp, 28, 24, 2);
+  expect_error([&] { decode_image(bmp.data(), bmp.size(), "bomb.bmp"); }, {"bomb.bmp", "9000x9000", "can hold at most"});
+
+  RgbImage flat(16, 16);
+  std::fill(flat.pixels.begin(), flat.pixels.end(), uint8_t(90));
+  std::vector<uint8_t> jpg = encode("jpg", 16, 16, 3, flat.pixels);
+  size_t sof = 2;
+  while (sof + 4 < jpg.size() && !(jpg[sof] == 0xFF && jpg[sof + 1] == 0xC0)) sof += 2 + (size_t(jpg[sof + 2]) << 8 | jpg[sof + 3]);
+  ASSERT_LT(sof + 9, jpg.size());
+  jpg[sof + 5] = 9000 >> 8, jpg[sof + 6] = 9000 & 0xFF, jpg[sof + 7] = 9000 >> 8, jpg[sof + 8] = 9000 & 0xFF;
+  expect_error([&] { decode_image(jpg.data(), jpg.size(), "bomb.jpg"); }, {"bomb.jpg", "9000x9000", "can hold at most"});
+
+  // GIF89a, 9000 x 9000 logical screen, one 1x1 frame of LZW data, trailer.
+  std::vector<uint8_t> gif = {'G', 'I', 'F', '8', '9', 'a', 0x28, 0x23, 0x28, 0x23, 0x80, 0, 0,
+                              0, 0, 0, 255, 255, 255,  // global palette of 2 colours
+                              0x2C, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3B};
+  expect_error([&] { decode_image(gif.data(), gif.size(), "bomb.gif"); }, {"bomb.gif", "9000x9000", "can hold at most"});
 }
 
 // Mutation test: flipped bytes, cut files and overwritten headers must give an image or an

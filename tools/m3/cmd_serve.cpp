@@ -2,6 +2,7 @@
 #include "base/error.h"
 #include "cache_type.h"
 #include "commands.h"
+#include "chat/json_depth.h"
 #include "server/http_server.h"
 
 namespace m3::cli {
@@ -18,6 +19,8 @@ void register_serve(CLI::App& app) {
   cmd->add_option("-t,--threads", o->threads, "Engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)")->capture_default_str()
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--max-json-depth", o->max_json_depth, "Deepest nesting of arrays/objects a request body may have (400 beyond)")
+      ->capture_default_str()->check(CLI::Range(1, chat::kMaxJsonDepthLimit));
   cmd->add_option("--cache-mb", o->cache_mb, "Prefix cache budget in MiB (KV of recent sequences; 0: off)")->capture_default_str();
   cmd->add_option("-b,--chunk", o->prefill_chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()
       ->check(CLI::PositiveNumber);
