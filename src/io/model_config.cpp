@@ -583,7 +583,7 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   json root;
   try {
     root = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for a number past double's range
     fail(src, ": not valid JSON: ", e.what());
   }
   if (!root.is_object()) fail(src, ": expected a JSON object at the top level, got ", shown(root));

@@ -75,7 +75,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_json_text(const std::string& text, co
   nlohmann::json root;
   try {
     root = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for a number past double's range
     fail(source, ": not valid JSON: ", e.what());
   }
   M3_CHECK(root.is_object(), source, ": expected a JSON object at the top level");

@@ -475,3 +475,16 @@ TEST(ModelConfig, M3SlicePresetHasTheRealLayerWidths) {
 
 }  // namespace
 }  // namespace m3
+
+// Fuzz finding (tests/fuzz, config harness): nlohmann throws out_of_range, not parse_error, for a
+// number past double's range; it escaped as an "internal error" without the file's name.
+TEST(ModelConfig, NumbersPastDoubleRangeAreAnError) {
+  for (const char* text : {"{\"version\": 1e999}", "{\"text_config\": {\"hidden_size\": -1e999}}"}) {
+    try {
+      m3::ModelConfig::from_json_text(text, "cfg/config.json");
+      FAIL() << text;
+    } catch (const m3::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("cfg/config.json: not valid JSON"), std::string::npos) << e.what();
+    }
+  }
+}

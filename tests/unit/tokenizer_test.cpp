@@ -506,3 +506,11 @@ TEST(Tokenizer, HasTokenSeesIdsLeftUnused) {
 
 }  // namespace
 }  // namespace m3
+
+namespace m3 {
+// The same fuzz finding in tokenizer.json: a number past double's range is a one-line error.
+TEST(Tokenizer, NumbersPastDoubleRangeAreAnError) {
+  expect_error([] { Tokenizer::from_json_text("{\"version\": 1e999}", "tok/tokenizer.json"); },
+               {"tok/tokenizer.json", "not valid JSON"});
+}
+}  // namespace m3
