@@ -7,6 +7,8 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -382,12 +384,18 @@ struct KernelEntry {
   MatmulKernel kernel;
 };
 
+// Append-only and read on every matmul: readers scan the first `count` entries without a lock
+// (an entry is written before count is published), writers take the mutex.
 struct KernelRegistry {
+  static constexpr int kCapacity = 256;
   std::mutex mu;
-  std::vector<KernelEntry> entries;
+  std::array<KernelEntry, kCapacity> entries{};
+  std::atomic<int> count{0};
   KernelRegistry() {
+    int n = 0;
     for (const WeightFormat* f : {&bf16_format(), &f16_format(), &f32_format()})
-      for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries.push_back({f, p, &dense_matmul});
+      for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {f, p, &dense_matmul};
+    count.store(n, std::memory_order_release);
   }
 };
 KernelRegistry& kernel_registry() {
@@ -408,19 +416,24 @@ void run_matmul(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M
 void register_matmul_kernel(const WeightFormat& format, CpuPath path, MatmulKernel kernel) {
   KernelRegistry& r = kernel_registry();
   std::lock_guard<std::mutex> lk(r.mu);
-  for (const KernelEntry& e : r.entries)
-    M3_CHECK(!(e.format == &format && e.path == path), "matmul: a ", cpu_path_name(path), " kernel for ", format.name,
-             " is registered already");
-  r.entries.push_back({&format, path, kernel});
+  const int n = r.count.load(std::memory_order_relaxed);
+  for (int i = 0; i < n; ++i)
+    M3_CHECK(!(r.entries[size_t(i)].format == &format && r.entries[size_t(i)].path == path), "matmul: a ",
+             cpu_path_name(path), " kernel for ", format.name, " is registered already");
+  M3_CHECK(n < KernelRegistry::kCapacity, "matmul: more than ", KernelRegistry::kCapacity, " kernels registered");
+  r.entries[size_t(n)] = {&format, path, kernel};
+  r.count.store(n + 1, std::memory_order_release);
 }
 
 MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path) {
-  KernelRegistry& r = kernel_registry();
-  std::lock_guard<std::mutex> lk(r.mu);
+  const KernelRegistry& r = kernel_registry();
+  const int n = r.count.load(std::memory_order_acquire);
   // The best registered path at or below the asked one (paths are ordered).
   const KernelEntry* best = nullptr;
-  for (const KernelEntry& e : r.entries)
+  for (int i = 0; i < n; ++i) {
+    const KernelEntry& e = r.entries[size_t(i)];
     if (e.format == &format && e.path <= path && (best == nullptr || e.path > best->path)) best = &e;
+  }
   return best != nullptr ? best->kernel : nullptr;
 }
 
