@@ -7,20 +7,9 @@
 
 #include "base/error.h"
 #include "server/api_error.h"
+#include "server/header_text.h"
 
 namespace m3::server {
-
-namespace {
-
-std::string lower_trimmed(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  std::string out(s);
-  for (char& c : out) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-}  // namespace
 
 ContentCoding content_coding_of(std::string_view header_value) {
   const std::string v = lower_trimmed(header_value);

@@ -6,24 +6,10 @@
 
 #include "server/api_error.h"
 #include "server/content_coding.h"
+#include "zlib_compress.h"
 
 namespace m3::server {
 namespace {
-
-// windowBits 15: zlib format ("deflate"); 16 + 15: gzip.
-std::string compress(const std::string& in, int window_bits) {
-  z_stream z{};
-  EXPECT_EQ(deflateInit2(&z, 9, Z_DEFLATED, window_bits, 8, Z_DEFAULT_STRATEGY), Z_OK);
-  std::string out(deflateBound(&z, uLong(in.size())) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = uInt(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = uInt(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
 
 int status_of(ContentCoding c, const std::string& body, size_t cap) {
   try {
@@ -48,7 +34,7 @@ TEST(ContentCoding, RoundTripsUpToTheCapExactly) {
   std::string text;
   for (int i = 0; i < 5000; ++i) text += std::to_string(i * 7919 % 10007) + ",";
   for (auto [coding, bits] : {std::pair{ContentCoding::Gzip, 16 + MAX_WBITS}, std::pair{ContentCoding::Deflate, MAX_WBITS}}) {
-    const std::string packed = compress(text, bits);
+    const std::string packed = m3::test::zlib_compress(text, bits);
     EXPECT_EQ(decode_content(coding, packed, text.size()), text);  // exactly at the cap: accepted
     EXPECT_EQ(status_of(coding, packed, text.size() - 1), 413);   // one byte over: refused
   }
@@ -56,13 +42,13 @@ TEST(ContentCoding, RoundTripsUpToTheCapExactly) {
 }
 
 TEST(ContentCoding, ABombStopsAtTheCap) {
-  const std::string bomb = compress(std::string(64 << 20, '\0'), 16 + MAX_WBITS);  // 64 MiB -> ~64 KiB
+  const std::string bomb = m3::test::zlib_compress(std::string(64 << 20, '\0'), 16 + MAX_WBITS);  // 64 MiB -> ~64 KiB
   ASSERT_LT(bomb.size(), 100u << 10);
   EXPECT_EQ(status_of(ContentCoding::Gzip, bomb, 1 << 20), 413);
 }
 
 TEST(ContentCoding, CorruptTruncatedAndTrailingDataAre400) {
-  const std::string packed = compress("hello, world", 16 + MAX_WBITS);
+  const std::string packed = m3::test::zlib_compress("hello, world", 16 + MAX_WBITS);
   EXPECT_EQ(status_of(ContentCoding::Gzip, packed.substr(0, packed.size() - 6), 1000), 400);  // truncated
   EXPECT_EQ(status_of(ContentCoding::Gzip, packed + "junk", 1000), 400);                    // trailing bytes
   EXPECT_EQ(status_of(ContentCoding::Gzip, "not gzip at all", 1000), 400);

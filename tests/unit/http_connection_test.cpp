@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "server/http_connection.h"
+#include "zlib_compress.h"
 
 namespace m3::server {
 namespace {
@@ -88,19 +89,7 @@ std::string exchange(const std::string& raw) {
   return out;
 }
 
-std::string gzip(const std::string& in) {
-  z_stream z{};
-  deflateInit2(&z, 9, Z_DEFLATED, 16 + MAX_WBITS, 8, Z_DEFAULT_STRATEGY);
-  std::string out(deflateBound(&z, uLong(in.size())) + 64, '\0');
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  z.avail_in = uInt(in.size());
-  z.next_out = reinterpret_cast<Bytef*>(out.data());
-  z.avail_out = uInt(out.size());
-  EXPECT_EQ(deflate(&z, Z_FINISH), Z_STREAM_END);
-  out.resize(z.total_out);
-  deflateEnd(&z);
-  return out;
-}
+std::string gzip(const std::string& in) { return m3::test::zlib_compress(in, 16 + MAX_WBITS); }
 
 const std::string kClose = "Connection: close\r\n";
 
