@@ -1,7 +1,6 @@
 #include "runtime/multimodal_prompt.h"
 
 #include <cstdio>
-#include <cstring>
 
 #include "base/error.h"
 #include "vision/image_decode.h"
@@ -69,40 +68,36 @@ EncodedMedia encode_media(const vision::VisionTower& tower, const MediaInput& in
   return in.kind == vision::MediaKind::Video ? encode_video(tower, in, options.video) : encode_image(tower, in);
 }
 
-MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
-                                         const MultimodalOptions& options) {
+namespace {
+
+void check_vision(const Engine& engine) {
   M3_CHECK(engine.config.vision.has_value(), engine.config.source,
            ": images and videos need a checkpoint with a vision tower, but config.json has no vision_config");
   M3_CHECK(engine.config.vision->num_channels == 3, engine.config.source,
            ": images are RGB but vision_config.num_channels is ", engine.config.vision->num_channels);
-  vision::VisionTower tower(engine.config, engine.store, *engine.pool, options.rope);
+}
+
+}  // namespace
+
+std::shared_ptr<const EncodedMedia> encode_media(const Engine& engine, const MediaInput& in,
+                                                 const MultimodalOptions& options) {
+  check_vision(engine);
+  const vision::VisionTower tower(engine.config, engine.store, *engine.pool, options.rope);
+  return std::make_shared<const EncodedMedia>(encode_media(tower, in, options));
+}
+
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
+                                         const MultimodalOptions& options) {
+  check_vision(engine);
+  const vision::VisionTower tower(engine.config, engine.store, *engine.pool, options.rope);
   MultimodalPrompt out;
-  std::vector<vision::MediaPromptPart> layout;
   for (const PromptPart& part : parts) {
     if (!part.media) {
-      layout.push_back({part.text, std::nullopt});
+      if (!part.text.empty()) out.prompt.append_tokens(engine.tokenizer->encode(part.text));
       continue;
     }
-    EncodedMedia e = part.media->kind == vision::MediaKind::Image ? encode_image(tower, *part.media)
-                                                             : encode_video(tower, *part.media, options.video);
-    layout.push_back({"", e.layout});
-    (part.media->kind == vision::MediaKind::Image ? out.image_features : out.video_features).push_back(e.features);
-    out.features.push_back(std::move(e.features));
-  }
-  const vision::MediaPrompt prompt = vision::build_media_prompt(*engine.tokenizer, layout);
-  const int64_t H = engine.config.text.hidden_size;
-  out.ids = prompt.ids;
-  out.embeddings.resize(out.ids.size() * size_t(H));
-  engine.model->embed(out.ids.data(), int64_t(out.ids.size()), out.embeddings.data());
-  M3_CHECK(prompt.rows.size() == out.features.size(), "vision: ", out.features.size(), " media items but ",
-           prompt.rows.size(), " in the prompt");
-  for (size_t i = 0; i < out.features.size(); ++i) {
-    const std::vector<int64_t>& rows = prompt.rows[i];
-    M3_CHECK(int64_t(out.features[i].size()) == int64_t(rows.size()) * H, "vision: media item ", i + 1, " has ",
-             out.features[i].size() / size_t(H), " feature rows for ", rows.size(), " placeholder tokens");
-    for (size_t k = 0; k < rows.size(); ++k)
-      std::memcpy(out.embeddings.data() + rows[k] * H, out.features[i].data() + k * size_t(H),
-                  size_t(H) * sizeof(float));
+    out.items.push_back(std::make_shared<const EncodedMedia>(encode_media(tower, *part.media, options)));
+    out.prompt.append_media(*engine.tokenizer, out.items.back());
   }
   return out;
 }

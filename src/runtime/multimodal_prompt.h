@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/engine.h"
+#include "runtime/prompt.h"
 #include "vision/media_prompt.h"
 #include "vision/video_sampling.h"
 #include "vision/vision_tower.h"
@@ -38,21 +39,17 @@ struct MultimodalOptions {
 };
 
 struct MultimodalPrompt {
-  std::vector<int32_t> ids;                        // the expanded token stream
-  std::vector<float> embeddings;                   // (ids.size(), hidden): token rows + vision rows
-  std::vector<std::vector<float>> image_features;  // per image (tokens, hidden), in stream order
-  std::vector<std::vector<float>> video_features;  // per video (grid_t · M, hidden), in stream order
-  std::vector<std::vector<float>> features;        // per item (images and videos) in stream order
+  Prompt prompt;  // the expanded token stream with its media rows (input_rows gives the embeddings)
+  std::vector<std::shared_ptr<const EncodedMedia>> items;  // images and videos in stream order
 };
 
 // One item decoded, preprocessed and encoded: its token layout (per-group timestamp text for a
-// video) and merged features (layout tokens in all groups, hidden). For callers that expand
-// placeholders in token ids themselves (the server, whose chat template marks them as tokens).
-struct EncodedMedia {
-  vision::MediaLayout layout;
-  std::vector<float> features;
-};
+// video) and merged features (layout tokens in all groups, hidden). Prompt::append_media or
+// append_expanding places it.
 EncodedMedia encode_media(const vision::VisionTower& tower, const MediaInput& in, const MultimodalOptions& options = {});
+// Same through a vision tower bound for this call; an m3::Error when the checkpoint has none.
+std::shared_ptr<const EncodedMedia> encode_media(const Engine& engine, const MediaInput& in,
+                                                 const MultimodalOptions& options = {});
 
 // Parts in prompt order. Throws m3::Error naming the file or the field when the checkpoint has no
 // vision tower or an item cannot be read.

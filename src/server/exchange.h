@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "chat/m3_format.h"
+#include "runtime/prompt.h"
 #include "server/request.h"
 
 namespace m3::server {
@@ -49,11 +50,7 @@ enum class Endpoint { Chat, Completion };
 // One generation request, parsed, rendered and tokenized on the HTTP thread.
 struct Job {
   Endpoint endpoint = Endpoint::Chat;
-  std::vector<int32_t> prompt;
-  // Prompts with images: (prompt.size(), hidden) input rows, and what the prefix cache compares
-  // per position (see server/media.h). Both empty for text-only prompts.
-  std::vector<float> embeddings;
-  std::vector<int32_t> cache_key;
+  Prompt prompt;  // ids, media rows and what the prefix cache compares (runtime/prompt.h)
   std::string forced_text;  // already in `prompt`; fed to the output parser first
   bool opens_reasoning = false;   // the prompt ends inside an open thought
   bool may_open_reasoning = false;  // adaptive thinking: the reply may start with a thought
@@ -64,8 +61,6 @@ struct Job {
   int64_t max_tokens = 0;
   std::string id, model;
   int64_t created = 0;
-
-  const std::vector<int32_t>& cache_tokens() const { return cache_key.empty() ? prompt : cache_key; }
 };
 
 }  // namespace m3::server

@@ -29,39 +29,38 @@ chat::OutputParserOptions parser_options(const Job& job) {
   return o;
 }
 
+GenerationConfig generation_config(const Job& job, int sample_vocab, int index) {
+  GenerationConfig g;
+  g.max_tokens = job.max_tokens;
+  g.sampling = sampling_for_choice(job.gen.sampling, index);
+  g.sample_vocab = sample_vocab;
+  g.stop_at_end_of_turn = !job.gen.ignore_eos;
+  g.stop = job.gen.stop;
+  g.json_object = job.gen.json_object;
+  // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
+  // only reasoning tokens to count (usage.completion_tokens_details).
+  if (job.endpoint == Endpoint::Chat) {
+    const bool forced = !job.forced_text.empty();
+    g.reasoning = ReasoningOptions{!forced && job.opens_reasoning, job.may_open_reasoning,
+                                   forced ? std::nullopt : job.max_reasoning_tokens};
+  }
+  return g;
+}
+
 }  // namespace
 
 Generation::Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
-                       int32_t end_of_turn, int sample_vocab, int index, std::shared_ptr<ChoiceGroup> group)
+                       int sample_vocab, int index, std::shared_ptr<ChoiceGroup> group)
     : job_(std::move(job)),
       ex_(std::move(exchange)),
       index_(index),
       group_(std::move(group)),
       tok_(tokenizer),
-      eot_(end_of_turn),
       sample_vocab_(sample_vocab),
       chat_(job_->endpoint == Endpoint::Chat),
       stream_(job_->gen.stream),
-      parser_(parser_options(*job_)),
-      decoder_(tokenizer),
-      stops_(job_->gen.stop),
-      sampler_(sampling_for_choice(job_->gen.sampling, index_)),
-      history_(job_->prompt) {
-  if (job_->gen.json_object) {  // the text of every token the JSON mask may allow
-    json_.emplace();
-    token_text_.resize(size_t(sample_vocab_));
-    for (int t = 0; t < sample_vocab_; ++t)
-      if (t != end_of_turn && !tokenizer.is_special(t) && tokenizer.has_token(t))
-        token_text_[size_t(t)] = tokenizer.token_bytes(t);
-  }
-  // Forced text (a tool call, a zero budget) closed any thought in the prompt: nothing to cap then,
-  // only reasoning tokens to count (usage.completion_tokens_details).
-  if (chat_) {
-    const bool forced = !job_->forced_text.empty();
-    budget_.emplace(chat::ThinkingMarkers::from_tokenizer(tokenizer),
-                    forced ? std::nullopt : job_->max_reasoning_tokens, !forced && job_->opens_reasoning);
-  }
-}
+      gen_(tokenizer, generation_config(*job_, sample_vocab, index), job_->prompt.ids()),
+      parser_(parser_options(*job_)) {}
 
 Json Generation::base_object(const char* object) const {
   return Json{{"id", job_->id}, {"object", object}, {"created", job_->created}, {"model", job_->model}};
@@ -105,67 +104,23 @@ void Generation::start(int64_t reused) {
   if (chat_ && !job_->forced_text.empty()) emit_deltas(parser_.push(job_->forced_text));
 }
 
-bool Generation::accept(int32_t id, const float* logits) {
-  history_.push_back(id);
-  generated_.push_back(id);
-  ++unfed_;
-  if (id == eot_ && !job_->gen.ignore_eos) {
-    hit_eot_ = true;
-    return false;
-  }
-  if (logits && job_->gen.logprobs) {
-    Json entry = logprob_entry(logits, id);
-    if (stream_) pending_logprob_ = std::move(entry);
-    else logprobs_.push_back(std::move(entry));
-  }
-  emit_text(stops_.push(decoder_.push(id)));
-  // A token whose text is held back (a partial UTF-8 character, stop string or markup) still
-  // reports its log-probability, in a chunk with an empty delta.
-  if (!pending_logprob_.is_null()) chunk(Json::object(), nullptr);
-  if (stops_.stopped()) {
-    hit_stop_ = true;
-    return false;
-  }
-  return true;
-}
-
 bool Generation::step(const float* logits, std::vector<int32_t>& feed) {
-  feed.clear();
-  unfed_ = 0;  // the scheduler fed what the last step returned
-  if (generated_.empty()) first_token_ = std::chrono::steady_clock::now();
-  if (json_ && json_->complete()) {  // the object is closed: the answer ends here
-    hit_eot_ = true;
-    return false;
+  if (gen_.generated().empty()) first_token_ = std::chrono::steady_clock::now();
+  events_.clear();
+  const bool more = gen_.step(logits, events_, feed);
+  for (const TokenEvent& ev : events_) {
+    if (ev.end_of_turn) continue;
+    if (ev.sampled && job_->gen.logprobs) {
+      Json entry = logprob_entry(logits, ev.id);
+      if (stream_) pending_logprob_ = std::move(entry);
+      else logprobs_.push_back(std::move(entry));
+    }
+    emit_text(ev.text);
+    // A token whose text is held back (a partial UTF-8 character, stop string or markup) still
+    // reports its log-probability, in a chunk with an empty delta.
+    if (!pending_logprob_.is_null()) chunk(Json::object(), nullptr);
   }
-  std::vector<int32_t> next = {sample_next(logits)};
-  for (size_t i = 0; i < next.size(); ++i) {
-    if (int64_t(generated_.size()) >= job_->max_tokens) return false;
-    if (!accept(next[i], i == 0 ? logits : nullptr)) return false;
-    feed.push_back(next[i]);
-    if (budget_)
-      for (int32_t forced : budget_->on_token(next[i])) next.push_back(forced);
-  }
-  return int64_t(generated_.size()) < job_->max_tokens;
-}
-
-int32_t Generation::sample_next(const float* logits) {
-  const size_t output_start = job_->prompt.size();
-  using Phase = chat::ThinkingBudget::Phase;
-  const Phase phase = budget_ ? budget_->phase() : Phase::Answer;
-  if (!json_) return sampler_.sample(logits, sample_vocab_, history_, output_start);
-  masked_.assign(logits, logits + sample_vocab_);
-  if (phase == Phase::Thinking) {  // the thought is free, but the turn may not end inside it
-    if (eot_ >= 0 && eot_ < sample_vocab_) masked_[size_t(eot_)] = -INFINITY;
-    return sampler_.sample(masked_.data(), sample_vocab_, history_, output_start);
-  }
-  // Tokens that continue the JSON text (special tokens never do); before anything is generated,
-  // with adaptive thinking, the model may still open a thought instead.
-  const int32_t think_open =
-      phase == Phase::Start && job_->may_open_reasoning ? tok_.token_id(chat::kThinkOpen).value_or(-1) : -1;
-  chat::mask_json_tokens(*json_, token_text_, masked_.data(), think_open);
-  const int32_t id = sampler_.sample(masked_.data(), sample_vocab_, history_, output_start);
-  if (id != think_open) json_->feed(token_text_[size_t(id)]);
-  return id;
+  return more;
 }
 
 // OpenAI's entry for one sampled token: its log-probability under the model's distribution over
@@ -199,14 +154,15 @@ Json Generation::logprob_entry(const float* logits, int32_t id) const {
 }
 
 std::vector<int32_t> Generation::cached_tokens() const {
-  std::vector<int32_t> held(job_->cache_tokens());
-  held.insert(held.end(), generated_.begin(), generated_.end() - unfed_);
+  std::vector<int32_t> held(job_->prompt.keys());
+  const auto& generated = gen_.generated();
+  held.insert(held.end(), generated.begin(), generated.end() - gen_.unfed());
   return held;
 }
 
 void Generation::complete(Metrics& metrics, bool cancelled) {
   const auto now = std::chrono::steady_clock::now();
-  const int64_t prompt_tokens = int64_t(job_->prompt.size()), completion_tokens = int64_t(generated_.size());
+  const int64_t prompt_tokens = job_->prompt.size(), completion_tokens = int64_t(gen_.generated().size());
   const bool sampled = completion_tokens > 0;
   metrics.count_generation(prompt_tokens, reused_, completion_tokens, prompt_tokens - reused_,
                            seconds_between(started_, sampled ? first_token_ : now),
@@ -220,14 +176,11 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
     ex_->finish(499, "");
     return;
   }
-  if (!hit_stop_) {
-    emit_text(stops_.push(decoder_.flush()));
-    if (stops_.stopped()) hit_stop_ = true;
-    else emit_text(stops_.finish());
-  }
+  emit_text(gen_.finish());
   if (chat_) emit_deltas(parser_.finish());
 
-  std::string finish_reason = hit_eot_ || hit_stop_ ? "stop" : "length";
+  const FinishReason why = gen_.finish_reason();
+  std::string finish_reason = why == FinishReason::EndOfTurn || why == FinishReason::StopString ? "stop" : "length";
   if (chat_) {
     const auto& msg = parser_.message();
     if (!msg.tool_calls.empty() && !msg.tool_call_truncated) finish_reason = "tool_calls";
@@ -236,7 +189,7 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
                 {"completion_tokens", completion_tokens},
                 {"total_tokens", prompt_tokens + completion_tokens},
                 {"prompt_tokens_details", {{"cached_tokens", reused_}}}};
-  if (budget_) usage["completion_tokens_details"] = {{"reasoning_tokens", budget_->reasoning_tokens()}};
+  if (chat_) usage["completion_tokens_details"] = {{"reasoning_tokens", gen_.reasoning_tokens()}};
   Json choice = {{"index", index_}};
   if (!stream_) {
     if (chat_) {
@@ -256,13 +209,13 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
     if (group_->ended) return;
     group_->completion_tokens += completion_tokens;
     group_->cached_tokens = group_->cached_tokens < 0 ? reused_ : std::min(group_->cached_tokens, reused_);
-    if (budget_) group_->reasoning_tokens += budget_->reasoning_tokens();
+    if (chat_) group_->reasoning_tokens += gen_.reasoning_tokens();
     group_->choices[size_t(index_)] = std::move(choice);
     if (--group_->remaining > 0) return;
     usage["completion_tokens"] = group_->completion_tokens;
     usage["total_tokens"] = prompt_tokens + group_->completion_tokens;
     usage["prompt_tokens_details"]["cached_tokens"] = group_->cached_tokens;
-    if (budget_) usage["completion_tokens_details"]["reasoning_tokens"] = group_->reasoning_tokens;
+    if (chat_) usage["completion_tokens_details"]["reasoning_tokens"] = group_->reasoning_tokens;
     choices = group_->choices;
   }
   if (stream_) {

@@ -1,8 +1,9 @@
 #pragma once
-// One request's generation as the scheduler drives it, a token at a time: sampling, the end-of-turn
-// and stop-string checks, the streaming output parser (reasoning, tool calls), SSE chunks, and the
-// final response with usage. It never touches the model or the cache: the scheduler feeds it the
-// logits of its sequence and hands back what to feed next.
+// One request's generation as the scheduler drives it, a step at a time: the runtime's decode loop
+// (TokenGenerator: sampling, budgets, JSON mode, end of turn, stop strings) plus what HTTP adds: the
+// streaming output parser (reasoning, tool calls), logprobs, SSE chunks, and the final response
+// with usage. It never touches the model or the cache: the scheduler feeds it the logits of its
+// sequence and hands back what to feed next.
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -11,13 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "chat/json_prefix.h"
 #include "chat/output_parser.h"
-#include "chat/thinking_budget.h"
-#include "runtime/sampler.h"
+#include "runtime/token_generator.h"
 #include "server/exchange.h"
 #include "server/metrics.h"
-#include "server/stop_strings.h"
 #include "tokenizer/tokenizer.h"
 
 namespace m3::server {
@@ -40,7 +38,7 @@ class Generation {
   // sample_vocab: ids the tokenizer can decode (the model's vocabulary may be padded past them).
   // index, group: choice `index` of a request with n > 1 (it samples with seed + index).
   Generation(std::shared_ptr<const Job> job, std::shared_ptr<Exchange> exchange, const Tokenizer& tokenizer,
-             int32_t end_of_turn, int sample_vocab, int index = 0, std::shared_ptr<ChoiceGroup> group = nullptr);
+             int sample_vocab, int index = 0, std::shared_ptr<ChoiceGroup> group = nullptr);
 
   const Job& job() const { return *job_; }
   bool cancelled() const { return ex_->cancelled.load(); }
@@ -69,14 +67,9 @@ class Generation {
   std::vector<int32_t> cached_tokens() const;
 
  private:
-  bool accept(int32_t id, const float* logits);  // logits: of a sampled token (for logprobs); nullptr if forced
-  // The next token from the sampler; with response_format json_object, among the tokens that keep
-  // the answer a JSON object prefix (reasoning, before it, is free).
-  int32_t sample_next(const float* logits);
   void chunk(Json delta_or_text, const Json& finish_reason);
   void emit_deltas(const std::vector<chat::ChatDelta>& ds);
   void emit_text(const std::string& s);
-  void flush_text();
   Json base_object(const char* object) const;
   Json logprob_entry(const float* logits, int32_t id) const;
 
@@ -85,25 +78,15 @@ class Generation {
   const int index_;
   std::shared_ptr<ChoiceGroup> group_;
   const Tokenizer& tok_;
-  const int32_t eot_;
   const int sample_vocab_;
   const bool chat_, stream_;
 
+  TokenGenerator gen_;
   chat::OutputParser parser_;
-  StreamingDecoder decoder_;
-  StopStringFilter stops_;
-  Sampler sampler_;
-  std::vector<int32_t> history_;  // prompt + generated: the repetition-penalty history
-  std::vector<int32_t> generated_;
+  std::vector<TokenEvent> events_;
   std::string text_;  // completions: the whole output
   Json logprobs_ = Json::array();  // chat with logprobs: one entry per generated token (non-streaming)
   Json pending_logprob_;           // streaming: the entry of the token being emitted, sent with its first chunk
-  std::optional<chat::ThinkingBudget> budget_;  // chat: counts reasoning tokens, enforces the cap
-  std::optional<chat::JsonPrefix> json_;       // response_format json_object: the answer so far
-  std::vector<std::string> token_text_;        // json_: the bytes of every sampleable token
-  std::vector<float> masked_;                  // json_: logits with the refused tokens at -inf
-  int64_t unfed_ = 0;  // generated tokens not yet fed to the model (the cache lacks them)
-  bool hit_eot_ = false, hit_stop_ = false;
   int64_t reused_ = 0;
   std::chrono::steady_clock::time_point started_, first_token_;
 };

@@ -17,9 +17,8 @@
 #include "server/http_connection.h"
 #include "server/media.h"
 #include "server/metrics.h"
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 #include "server/request.h"
-#include "server/stop_strings.h"
 #include "server/scheduler.h"
 
 namespace m3::server {
@@ -60,7 +59,7 @@ class Server {
     ctx_ = o.ctx > 0 ? o.ctx : std::min<int64_t>(32768, max_pos > 0 ? max_pos : 32768);
     if (max_pos > 0) M3_CHECK(ctx_ <= max_pos, "--ctx ", ctx_, " exceeds the model's max_position_embeddings ", max_pos);
     M3_CHECK(o.prefill_chunk > 0, "--chunk must be > 0");
-    eot_ = engine_->tokenizer->require_token(chat::kTurnEnd);
+    engine_->tokenizer->require_token(chat::kTurnEnd);  // the chat template ends turns with it
     model_name_ = o.model_name;
     if (model_name_.empty()) {
       std::filesystem::path p(o.model_dir);
@@ -149,7 +148,7 @@ class Server {
     auto group = n > 1 ? std::make_shared<ChoiceGroup>(n) : nullptr;
     std::vector<std::unique_ptr<Generation>> choices;
     for (int i = 0; i < n; ++i)
-      choices.push_back(std::make_unique<Generation>(job, ex, *engine_->tokenizer, eot_, sample_vocab_, i, group));
+      choices.push_back(std::make_unique<Generation>(job, ex, *engine_->tokenizer, sample_vocab_, i, group));
     scheduler_->submit(std::move(choices));
     // While the answer is pending the connection is polled: a client that leaves cancels its
     // generation (the scheduler retires it after the current step).
@@ -210,8 +209,10 @@ class Server {
       } catch (const Error& e) {
         throw ApiError(400, e.what(), param_of_error_message(e.what()));
       }
-      job->prompt = chat::tokenize(tok, prompt);
-      if (!prompt.media.empty()) {
+      const std::vector<int32_t> ids = chat::tokenize(tok, prompt);
+      if (prompt.media.empty()) {
+        job->prompt.append_tokens(ids);
+      } else {
         if (!tower_) {
           const auto& m = prompt.media.front();
           throw ApiError(400, "this model has no vision tower: image parts cannot be used",
@@ -219,10 +220,7 @@ class Server {
         }
         // The vision tower runs here, on the HTTP thread: the shared thread pool interleaves it
         // with the scheduler's forward passes.
-        MediaPrompt mp = build_media_prompt(*engine_, *tower_, job->prompt, prompt.media, media_);
-        job->prompt = std::move(mp.ids);
-        job->embeddings = std::move(mp.embeddings);
-        job->cache_key = std::move(mp.cache_key);
+        job->prompt = build_media_prompt(tok, *tower_, ids, prompt.media, media_);
       }
       job->opens_reasoning = prompt.opens_reasoning;
       job->may_open_reasoning = r.thinking_mode == chat::ThinkingMode::Adaptive;
@@ -232,15 +230,7 @@ class Server {
       if (job->forced_text.empty() && job->opens_reasoning && r.max_reasoning_tokens == int64_t(0))
         job->forced_text = std::string(chat::kThinkClose);
       if (!job->forced_text.empty()) {
-        const auto forced = tok.encode(job->forced_text, /*allow_special=*/true);
-        job->prompt.insert(job->prompt.end(), forced.begin(), forced.end());
-        if (!job->cache_key.empty()) {
-          job->cache_key.insert(job->cache_key.end(), forced.begin(), forced.end());
-          const int64_t H = engine_->config.text.hidden_size;
-          const size_t at = job->embeddings.size();
-          job->embeddings.resize(at + forced.size() * size_t(H));
-          engine_->model->embed(forced.data(), int64_t(forced.size()), job->embeddings.data() + at);
-        }
+        job->prompt.append_tokens(tok.encode(job->forced_text, /*allow_special=*/true));
       }
       job->tools = r.tools;
       job->parse_tools = r.tool_choice.kind != ToolChoiceKind::None;
@@ -250,11 +240,11 @@ class Server {
       CompletionRequest r = parse_completion_request(j, random_seed());
       check_token_ids(r.gen, sample_vocab_);
       // A raw prompt: control tokens written in it are matched (it is the caller's own markup).
-      job->prompt = tok.encode(r.prompt, /*allow_special=*/true);
+      job->prompt.append_tokens(tok.encode(r.prompt, /*allow_special=*/true));
       job->gen = std::move(r.gen);
       job->id = "cmpl-" + random_hex(24);
     }
-    const int64_t n = int64_t(job->prompt.size());
+    const int64_t n = job->prompt.size();
     const char* param = endpoint == Endpoint::Chat ? "messages" : "prompt";
     if (n == 0) throw ApiError(400, "the prompt is empty", param);
     if (n >= ctx_)
@@ -270,7 +260,6 @@ class Server {
   ServerOptions opt_;
   std::unique_ptr<Engine> engine_;
   int64_t ctx_ = 0;
-  int32_t eot_ = 0;
   std::string model_name_;
   int64_t started_ = now_seconds();
   Metrics metrics_;

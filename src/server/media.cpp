@@ -25,21 +25,6 @@ int base64_value(char c) {
   return -1;
 }
 
-uint64_t fnv1a(const std::string& bytes) {
-  uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : bytes) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
-
-// A negative cache-key value for row `row` of an image with content hash h (token ids are >= 0).
-int32_t image_row_key(uint64_t h, int64_t row) {
-  uint64_t x = h + uint64_t(row) * 0x9E3779B97F4A7C15ull;
-  x ^= x >> 31;
-  x *= 0xBF58476D1CE4E5B9ull;
-  x ^= x >> 29;
-  return -1 - int32_t(x % 2147483646ull);
-}
-
 std::string read_local(const std::string& path, const MediaOptions& o, const std::string& param) {
   if (o.allowed_local_dir.empty())
     throw ApiError(400, "local media paths are disabled: send a data: URL, or start the server with --allowed-local-media-path DIR",
@@ -130,16 +115,9 @@ std::string read_media_bytes(const std::string& url, const MediaOptions& o, cons
   return read_local(url, o, param);
 }
 
-MediaPrompt build_media_prompt(const Engine& engine, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
-                               const std::vector<chat::MediaRef>& media, const MediaOptions& options) {
-  const Tokenizer& tok = *engine.tokenizer;
-  const int32_t image = tok.require_token(chat::kImagePlaceholder);
-  const int32_t video = tok.require_token(chat::kVideoPlaceholder);
-  const int32_t start = tok.require_token("]<]start of image[>[");
-  const int32_t end = tok.require_token("]<]end of image[>[");
-
-  std::vector<EncodedMedia> items;
-  std::vector<uint64_t> hashes;
+Prompt build_media_prompt(const Tokenizer& tok, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
+                          const std::vector<chat::MediaRef>& media, const MediaOptions& options) {
+  std::vector<std::shared_ptr<const EncodedMedia>> items;
   for (const chat::MediaRef& m : media) {
     const std::string param = str_cat("messages[", m.message_index, "].content[", m.part_index, "]");
     const std::string bytes = read_media_bytes(m.url, options, param);
@@ -149,59 +127,18 @@ MediaPrompt build_media_prompt(const Engine& engine, const vision::VisionTower& 
     in.size = bytes.size();
     in.name = param;
     try {
-      items.push_back(encode_media(tower, in));
+      items.push_back(std::make_shared<const EncodedMedia>(encode_media(tower, in)));
     } catch (const ApiError&) {
       throw;
     } catch (const Error& e) {
       throw ApiError(400, e.what(), param, "invalid_media");
     }
-    hashes.push_back(fnv1a(bytes));
   }
-
   // The template left one placeholder token per part, in order: `]<]image[>[` or `]<]video[>[`.
-  const int64_t H = engine.config.text.hidden_size;
-  MediaPrompt out;
-  struct Run {
-    int64_t first_row;  // of a run of vision tokens (one image, or one group of a video)
-    const float* features;
-    int64_t count;
-  };
-  std::vector<Run> runs;
-  size_t next = 0;
-  for (int32_t id : ids) {
-    if (id != image && id != video) {
-      out.ids.push_back(id);
-      out.cache_key.push_back(id);
-      continue;
-    }
-    M3_CHECK(next < items.size(), "more media placeholders than media parts");
-    const EncodedMedia& item = items[next];
-    M3_CHECK((id == video) == (item.layout.kind == vision::MediaKind::Video), "media placeholder ", next,
-             " does not match its part's kind");
-    const int64_t per_group = item.layout.tokens_per_group;
-    int64_t row = 0;
-    for (const std::string& prefix : item.layout.group_prefix) {
-      for (int32_t t : tok.encode(prefix)) {  // a video group's timestamp, as plain text
-        out.ids.push_back(t);
-        out.cache_key.push_back(t);
-      }
-      out.ids.push_back(start);
-      out.cache_key.push_back(start);
-      runs.push_back(Run{int64_t(out.ids.size()), item.features.data() + row * H, per_group});
-      for (int64_t j = 0; j < per_group; ++j, ++row) {
-        out.ids.push_back(id);
-        out.cache_key.push_back(image_row_key(hashes[next], row));
-      }
-      out.ids.push_back(end);
-      out.cache_key.push_back(end);
-    }
-    ++next;
-  }
-  M3_CHECK(next == items.size(), "the prompt has ", next, " media placeholders for ", items.size(), " media parts");
-  out.embeddings.resize(out.ids.size() * size_t(H));
-  engine.model->embed(out.ids.data(), int64_t(out.ids.size()), out.embeddings.data());
-  for (const Run& r : runs) std::copy(r.features, r.features + r.count * H, out.embeddings.begin() + r.first_row * H);
-  return out;
+  Prompt prompt;
+  const size_t used = prompt.append_expanding(tok, ids, items);
+  M3_CHECK(used == items.size(), "the prompt has ", used, " media placeholders for ", items.size(), " media parts");
+  return prompt;
 }
 
 }  // namespace m3::server

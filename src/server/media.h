@@ -6,16 +6,17 @@
 // regular files (no FIFOs or devices), read within a deadline; remote
 // http(s) URLs are refused (the server does not fetch). Each item is decoded, preprocessed
 // (spec §5.1, §5.2) and run through the vision tower (runtime/multimodal_prompt.h encode_media);
-// an image placeholder becomes start-of-image + N image tokens + end-of-image, a video placeholder
-// per temporal group the timestamp text + start + M video tokens + end (spec §5.3), and the vision
-// token rows take the tower's output.
+// the runtime's Prompt places it (an image placeholder becomes start-of-image + N image tokens +
+// end-of-image, a video placeholder per temporal group the timestamp text + start + M video tokens +
+// end, spec §5.3), and the vision token rows take the tower's output.
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "chat/chat_template.h"
-#include "runtime/engine.h"
+#include "runtime/prompt.h"
+#include "tokenizer/tokenizer.h"
 #include "vision/vision_tower.h"
 
 namespace m3::server {
@@ -33,17 +34,10 @@ std::string read_media_bytes(const std::string& url, const MediaOptions& options
 // Standard base64 (padding optional, whitespace ignored); false on any other character.
 bool decode_base64(std::string_view in, std::string& out);
 
-struct MediaPrompt {
-  std::vector<int32_t> ids;         // placeholders expanded
-  std::vector<float> embeddings;    // (ids.size(), hidden): token embeddings, image rows replaced
-  // Per position, what the prefix cache compares: the id, except that vision rows carry a value
-  // derived from the item's bytes and the row, so two different images never share a prefix.
-  std::vector<int32_t> cache_key;
-};
-
-// Expands the media placeholders of `ids` (one per entry of media, in order) with the items'
-// features. Errors are ApiError(400) naming messages[i].content[j].
-MediaPrompt build_media_prompt(const Engine& engine, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
-                               const std::vector<chat::MediaRef>& media, const MediaOptions& options);
+// Reads and encodes the items of `media` (one per placeholder token of `ids`, in order) and expands
+// the placeholders with them (runtime/prompt.h: the media rows and their prefix-cache keys). Errors
+// are ApiError(400) naming messages[i].content[j].
+Prompt build_media_prompt(const Tokenizer& tokenizer, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
+                          const std::vector<chat::MediaRef>& media, const MediaOptions& options);
 
 }  // namespace m3::server

@@ -102,10 +102,11 @@ void Scheduler::admit(std::deque<std::unique_ptr<Generation>>& arrivals) {
 bool Scheduler::start_sequence(Sequence& s) {
   try {
     const Job& job = s.gen->job();
-    auto lease = cache_.acquire(job.cache_tokens());
+    auto lease = cache_.acquire(job.prompt.keys());
     s.cache = std::move(lease.cache);
-    s.pending.assign(job.prompt.begin() + lease.reused, job.prompt.end());
-    if (!job.embeddings.empty()) s.prompt_rows = job.embeddings.data() + lease.reused * engine_.config.text.hidden_size;
+    s.reused = lease.reused;
+    s.pending.assign(job.prompt.ids().begin() + lease.reused, job.prompt.ids().end());
+    s.media_rows = job.prompt.has_media_from(lease.reused);
     if (s.waits_for_leader) s.gen->set_reused(lease.reused);  // started when it began to wait
     else s.gen->start(lease.reused);
     return true;
@@ -137,7 +138,8 @@ void Scheduler::advance(Sequence& s) {
   } else {
     s.fed = 0;
     s.decoding = true;
-    s.prompt_rows = nullptr;
+    s.media_rows = false;
+    s.rows = {};
   }
 }
 
@@ -150,9 +152,11 @@ void Scheduler::run_step() {
     Sequence& s = running_[i];
     const bool last = s.fed + size_t(n) == s.pending.size();
     BatchInput in{s.cache.get(), s.pending.data() + s.fed, nullptr, n, last ? LogitsFor::Last : LogitsFor::None, &s.logits};
-    if (s.prompt_rows) {  // a prompt with images goes in as input rows
+    if (s.media_rows) {  // a prompt with images goes in as input rows
+      s.rows.resize(size_t(n * engine_.config.text.hidden_size));
+      s.gen->job().prompt.input_rows(*engine_.model, s.reused + int64_t(s.fed), n, s.rows.data());
       in.tokens = nullptr;
-      in.embeddings = s.prompt_rows + int64_t(s.fed) * engine_.config.text.hidden_size;
+      in.embeddings = s.rows.data();
     }
     inputs.push_back(in);
     owner.push_back(i);

@@ -17,7 +17,7 @@
 #include "runtime/engine.h"
 #include "server/generation.h"
 #include "server/metrics.h"
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 
 namespace m3::server {
 
@@ -45,7 +45,9 @@ class Scheduler {
     std::vector<int32_t> pending;  // tokens not yet fed: the prompt's uncached rest, then each step's new tokens
     bool decoding = false;         // the prompt is done
     size_t fed = 0;                // of pending
-    const float* prompt_rows = nullptr;  // input rows of pending[0] while the prompt has images
+    int64_t reused = 0;            // prompt tokens the prefix cache had: pending[0] is prompt position `reused`
+    bool media_rows = false;       // the prompt's uncached rest has images: it goes in as input rows
+    std::vector<float> rows;       // the input rows of this step's chunk
     std::vector<float> logits;
     bool done = false, cancelled = false;
     std::string error;  // set when the sequence failed; its answer is sent by retire()

@@ -5,34 +5,36 @@
 
 namespace m3::vision {
 
-MediaPrompt build_media_prompt(const Tokenizer& tok, const std::vector<MediaPromptPart>& parts) {
+void append_media_tokens(const Tokenizer& tok, const MediaLayout& m, std::vector<int32_t>& ids,
+                         std::vector<int64_t>& rows) {
+  M3_CHECK(m.tokens_per_group > 0 && !m.group_prefix.empty(), "vision: a media item has no tokens");
   const int32_t start = tok.require_token("]<]start of image[>["), end = tok.require_token("]<]end of image[>[");
+  const int32_t ph = tok.require_token(m.kind == MediaKind::Image ? kImagePlaceholder : kVideoPlaceholder);
+  for (const std::string& prefix : m.group_prefix) {
+    if (!prefix.empty()) {  // a video group's timestamp, as plain text
+      const std::vector<int32_t> t = tok.encode(prefix);
+      ids.insert(ids.end(), t.begin(), t.end());
+    }
+    ids.push_back(start);
+    for (int64_t k = 0; k < m.tokens_per_group; ++k) {
+      rows.push_back(int64_t(ids.size()));
+      ids.push_back(ph);
+    }
+    ids.push_back(end);
+  }
+}
+
+MediaPrompt build_media_prompt(const Tokenizer& tok, const std::vector<MediaPromptPart>& parts) {
   MediaPrompt p;
-  auto add_text = [&](const std::string& s) {
-    if (s.empty()) return;
-    const std::vector<int32_t> ids = tok.encode(s);
-    p.ids.insert(p.ids.end(), ids.begin(), ids.end());
-  };
-  size_t item = 0;
   for (const MediaPromptPart& part : parts) {
     if (!part.media) {
-      add_text(part.text);
+      if (part.text.empty()) continue;
+      const std::vector<int32_t> ids = tok.encode(part.text);
+      p.ids.insert(p.ids.end(), ids.begin(), ids.end());
       continue;
     }
-    const MediaLayout& m = *part.media;
-    ++item;
-    M3_CHECK(m.tokens_per_group > 0 && !m.group_prefix.empty(), "vision: media item ", item, " has no tokens");
-    const int32_t ph = tok.require_token(m.kind == MediaKind::Image ? kImagePlaceholder : kVideoPlaceholder);
     std::vector<int64_t> rows;
-    for (const std::string& prefix : m.group_prefix) {
-      add_text(prefix);
-      p.ids.push_back(start);
-      for (int64_t k = 0; k < m.tokens_per_group; ++k) {
-        rows.push_back(int64_t(p.ids.size()));
-        p.ids.push_back(ph);
-      }
-      p.ids.push_back(end);
-    }
+    append_media_tokens(tok, *part.media, p.ids, rows);
     p.rows.push_back(std::move(rows));
   }
   return p;

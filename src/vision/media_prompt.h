@@ -39,6 +39,11 @@ struct MediaPrompt {
 
 MediaPrompt build_media_prompt(const Tokenizer& tok, const std::vector<MediaPromptPart>& parts);
 
+// The tokens of one item, appended to `ids`; `rows` gets the positions of its placeholder tokens
+// (in `ids`), in feature-row order. The one place that lays out an item's tokens.
+void append_media_tokens(const Tokenizer& tok, const MediaLayout& media, std::vector<int32_t>& ids,
+                         std::vector<int64_t>& rows);
+
 // The prompt text cut at its `]<]image[>[` and `]<]video[>[` placeholders: text pieces and
 // references (kind, index within that kind). The i-th image placeholder is the i-th image, the j-th
 // video placeholder the j-th video. A kind with no placeholder in the text has its items appended

@@ -1,4 +1,4 @@
-// generate() with a thinking budget on a real (tiny, random) model: at the cap the closer is fed
+// A Session with a thinking budget on a real (tiny, random) model: at the cap the closer is fed
 // to the model in place of a sampled token, reported through on_token, and the rest of the reply
 // continues from it exactly as if the prompt had contained it. KV truncation at a length inside
 // a block (what `m3 chat` does between turns) is exact too.
@@ -9,25 +9,34 @@
 
 #include "chat/thinking_budget.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/prefill.h"
+#include "runtime/session.h"
 
 namespace {
 
 using m3::test::TinyModel;
 
+// Greedy tokens after `prompt` (end-of-turn does not stop); `cap` set: the prompt opened a thought
+// and reasoning is capped (nullopt inside: only counted).
 std::vector<int32_t> greedy(m3::Engine& e, const std::vector<int32_t>& prompt, int n,
-                            m3::chat::ThinkingBudget* budget, m3::GenerateStats* stats = nullptr) {
-  m3::KvCache cache(e.model->cache_shape());
-  m3::GenerateOptions opt;
-  opt.max_new_tokens = n;
-  opt.sampling.temperature = 0.0f;
-  opt.sample_vocab = e.tokenizer->vocab_size();
-  opt.thinking_budget = budget;
+                            std::optional<std::optional<int64_t>> cap, m3::SessionStats* stats = nullptr) {
+  m3::Session session(e, m3::SessionOptions{});
+  m3::Prompt p;
+  p.append_tokens(prompt);
+  m3::GenerationConfig g;
+  g.max_tokens = n;
+  g.sampling.temperature = 0.0f;
+  g.sample_vocab = e.tokenizer->vocab_size();
+  g.stop_at_end_of_turn = false;
+  if (cap) g.reasoning = m3::ReasoningOptions{/*prompt_opened=*/true, /*may_open=*/false, *cap};
   std::vector<int32_t> out;
-  const auto st = m3::generate(*e.model, cache, prompt, opt, [&](int32_t id) {
-    out.push_back(id);
+  m3::SessionCallbacks cb;
+  cb.on_token = [&](const m3::TokenEvent& ev) {
+    out.push_back(ev.id);
     return true;
-  });
+  };
+  const m3::SessionStats st = session.generate(p, g, cb);
+  EXPECT_EQ(st.generated, out);
   if (stats) *stats = st;
   return out;
 }
@@ -41,13 +50,12 @@ TEST(GenerateThinkingBudget, ClosesTheThoughtAtTheCap) {
   prompt.push_back(markers.open);
 
   const int cap = 5, n = 12;
-  const std::vector<int32_t> free_run = greedy(e, prompt, n, nullptr);
+  const std::vector<int32_t> free_run = greedy(e, prompt, n, std::nullopt);
   ASSERT_EQ(free_run.size(), size_t(n));
   for (int i = 0; i < cap; ++i) ASSERT_NE(free_run[size_t(i)], markers.close) << "model closed the thought itself";
 
-  m3::chat::ThinkingBudget budget(markers, cap, /*prompt_opened=*/true);
-  m3::GenerateStats st;
-  const std::vector<int32_t> capped = greedy(e, prompt, n, &budget, &st);
+  m3::SessionStats st;
+  const std::vector<int32_t> capped = greedy(e, prompt, n, std::optional<int64_t>(cap), &st);
   ASSERT_EQ(capped.size(), size_t(n));
   // The first `cap` tokens are what the model picks anyway; then the forced closer.
   EXPECT_EQ(std::vector<int32_t>(capped.begin(), capped.begin() + cap),
@@ -55,13 +63,12 @@ TEST(GenerateThinkingBudget, ClosesTheThoughtAtTheCap) {
   EXPECT_EQ(capped[size_t(cap)], markers.close);
   EXPECT_EQ(st.forced_tokens, 1);
   EXPECT_EQ(st.generated_tokens, n);
-  EXPECT_EQ(budget.reasoning_tokens(), cap);
-  EXPECT_TRUE(budget.capped());
+  EXPECT_EQ(st.reasoning_tokens, cap);
 
   // The answer continues from the closer: the same tokens as a prompt that already holds it.
   std::vector<int32_t> forced_prompt = prompt;
   forced_prompt.insert(forced_prompt.end(), capped.begin(), capped.begin() + cap + 1);
-  const std::vector<int32_t> answer = greedy(e, forced_prompt, n - cap - 1, nullptr);
+  const std::vector<int32_t> answer = greedy(e, forced_prompt, n - cap - 1, std::nullopt);
   EXPECT_EQ(answer, std::vector<int32_t>(capped.begin() + cap + 1, capped.end()));
 }
 
@@ -72,9 +79,8 @@ TEST(GenerateThinkingBudget, UncappedBudgetChangesNothing) {
   std::vector<int32_t> prompt = e.tokenizer->encode("]~b]user\nhi[e~[\n]~b]ai\n", true);
   prompt.push_back(markers.open);
   // Without a cap the budget only counts: the tokens are the plain greedy ones.
-  m3::chat::ThinkingBudget budget(markers, std::nullopt, /*prompt_opened=*/true);
-  m3::GenerateStats st;
-  EXPECT_EQ(greedy(e, prompt, 8, &budget, &st), greedy(e, prompt, 8, nullptr));
+  m3::SessionStats st;
+  EXPECT_EQ(greedy(e, prompt, 8, std::optional<int64_t>(std::nullopt), &st), greedy(e, prompt, 8, std::nullopt));
   EXPECT_EQ(st.forced_tokens, 0);
 }
 

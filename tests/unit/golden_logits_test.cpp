@@ -25,7 +25,7 @@
 #include "base/cpu_features.h"
 #include "fixtures/random_checkpoint.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/prefill.h"
 #include "vision/vision_tower.h"
 
 namespace {

@@ -8,8 +8,8 @@
 #include <random>
 
 #include "runtime/engine.h"
-#include "runtime/generate.h"
-#include "server/prefix_cache.h"
+#include "runtime/prefill.h"
+#include "runtime/prefix_cache.h"
 
 namespace {
 
@@ -40,7 +40,7 @@ TEST(ServerPrefixCacheModel, ReuseGivesTheSameLogitsAsAColdPrefill) {
   const int tok_vocab = tiny.engine->tokenizer->vocab_size();
   const std::vector<int32_t> a = random_tokens(size_t(6 * B + 5), tok_vocab, 7);
 
-  m3::server::PrefixCache pc(model.cache_shape(), 256u << 20);
+  m3::PrefixCache pc(model.cache_shape(), 256u << 20);
   // Turn 1: prefill the first 4 blocks + 3 tokens, then decode 2 tokens one at a time.
   const size_t turn1 = size_t(4 * B + 3);
   auto lease = pc.acquire(std::vector<int32_t>(a.begin(), a.begin() + turn1));

@@ -13,12 +13,14 @@
 
 #include "server/metrics.h"
 #include "server/media.h"
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 #include "server/request.h"
-#include "server/stop_strings.h"
+#include "runtime/stop_strings.h"
 
 using namespace m3::server;
 using m3::server::Json;
+using m3::PrefixCache;
+using m3::StopStringFilter;
 
 namespace {
 

@@ -9,7 +9,7 @@
 
 #include "base/error.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/prefill.h"
 
 namespace {
 

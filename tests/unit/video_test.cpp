@@ -365,12 +365,12 @@ TEST(MultimodalPrompt, PartsWithBytesEqualPlaceholdersWithFiles) {
   MediaInput i{MediaKind::Image, "", ib.data(), ib.size(), "request image 1"};
   const MultimodalPrompt b = build_multimodal_prompt(
       *engine, std::vector<PromptPart>{{"See ", std::nullopt}, {"", v}, {" and ", std::nullopt}, {"", i}, {".", std::nullopt}});
-  EXPECT_EQ(a.ids, b.ids);
-  EXPECT_EQ(a.embeddings, b.embeddings);
-  ASSERT_EQ(b.features.size(), 2u);
-  EXPECT_EQ(b.video_features.size(), 1u);
-  EXPECT_EQ(b.image_features.size(), 1u);
-  EXPECT_EQ(b.features[0], b.video_features[0]);
+  EXPECT_EQ(a.prompt.ids(), b.prompt.ids());
+  EXPECT_EQ(a.prompt.keys(), b.prompt.keys());
+  EXPECT_EQ(a.prompt.input_rows(*engine->model), b.prompt.input_rows(*engine->model));
+  ASSERT_EQ(b.items.size(), 2u);
+  EXPECT_EQ(b.items[0]->layout.kind, MediaKind::Video);
+  EXPECT_EQ(b.items[1]->layout.kind, MediaKind::Image);
 }
 
 // Mutated files (random bytes overwritten, or cut anywhere) either decode or throw m3::Error naming

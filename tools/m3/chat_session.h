@@ -1,9 +1,8 @@
 #pragma once
-// One `m3 chat` conversation on one KV cache. Every turn renders the whole conversation with the
-// chat template and tokenizes it; the cache is cut to the longest common prefix of the tokens it
-// holds and the new prompt, and only the rest is prefilled (docs/CHAT.md, "KV reuse").
-// Image (and video) tokens all share one id, so the prefix comparison also compares which image or
-// video a position belongs to.
+// One `m3 chat` conversation on a runtime Session. Every turn renders the whole conversation with
+// the chat template and tokenizes it; the session reuses the longest prefix its cache shares with
+// the new prompt and prefills only the rest (docs/CHAT.md, "KV reuse"). Image and video rows are
+// compared by their features' keys (runtime/prompt.h), so a prefix never crosses a different image.
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -14,10 +13,9 @@
 #include "base/dtype.h"
 #include "chat/chat_delta.h"
 #include "chat/thinking_budget.h"
-#include "memory/kv_cache.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
-#include "vision/media_prompt.h"
+#include "runtime/multimodal_prompt.h"
+#include "runtime/session.h"
 
 namespace m3::cli {
 
@@ -65,54 +63,38 @@ class ChatSession {
   void clear();
 
   // Adds a message of `role` ("user", or "tool" for a tool result after a reply with tool calls),
-  // generates the reply (streamed through callbacks) and adds it to the conversation. `interrupt` is polled during prefill and after every token; when set, the turn
-  // ends early: a partial reply is kept, a prompt interrupted before any token is dropped.
+  // generates the reply (streamed through callbacks) and adds it to the conversation. `interrupt`
+  // is polled during prefill and after every token; when set, the turn ends early: a partial reply
+  // is kept, a prompt interrupted before any token is dropped.
   chat::ParsedMessage turn(const std::string& role, const std::string& text, const ChatTurnCallbacks& callbacks,
                            const std::atomic<bool>& interrupt, ChatTurnStats& stats);
 
-  const KvCache& cache() const { return cache_; }
-
  private:
-  // An image or a video of the conversation.
-  struct Image {
+  struct Media {  // an image or a video of the conversation
     std::string path;
     vision::MediaKind kind = vision::MediaKind::Image;
-    int64_t serial = 0;              // unique for the session: tags the cache positions it fills
-    // Image: start-of-image, N image tokens, end-of-image. Video: per temporal group its timestamp
-    // text, start-of-video, M video tokens, end-of-video.
-    std::vector<int32_t> ids;
-    std::vector<float> features;     // (ids.size(), hidden): the input rows of those ids
+    std::shared_ptr<const EncodedMedia> encoded;
   };
   void attach_media(const std::string& path, vision::MediaKind kind);
-  // The prompt of this turn: ids with each image placeholder expanded; tags[i] is the serial of
-  // the image that position i belongs to, or -1.
-  void build_prompt(std::vector<int32_t>& ids, std::vector<int64_t>& tags, bool& opens_reasoning) const;
-  // Appends the ids of `segments` with image placeholders expanded, the first one being
-  // images_[first_image]; returns the number of images used.
-  size_t append_expanded(const std::vector<int32_t>& plain, size_t first_image, std::vector<int32_t>& ids,
-                         std::vector<int64_t>& tags) const;
-  const Image* image_by_serial(int64_t serial) const;
+  // The prompt of this turn: the rendered conversation, media placeholders expanded.
+  Prompt build_prompt(bool& opens_reasoning) const;
+  std::vector<std::shared_ptr<const EncodedMedia>> encoded_media() const;
 
   Engine& engine_;
   ChatSessionOptions opt_;
+  Session session_;
   chat::Json messages_;
-  std::vector<Image> images_;   // of the current conversation, in message order
-  std::vector<Image> pending_;  // attached to the next user message
-  int64_t next_serial_ = 0;
+  std::vector<Media> media_;    // of the current conversation, in message order
+  std::vector<Media> pending_;  // attached to the next user message
   int turn_ = 0;
-
-  KvCache cache_;
-  std::vector<int32_t> cached_ids_;  // what cache_ holds: cache_.length() of them
-  std::vector<int64_t> cached_tags_;
 
   // The conversation through the last reply as the model saw it: that turn's prompt plus the
   // generated ids (end-of-turn dropped). The next prompt starts with these verbatim, so the cache
   // of the reply is reused even where re-tokenizing its text would give other ids.
   bool have_last_ = false;
-  std::vector<int32_t> last_ids_;
-  std::vector<int64_t> last_tags_;
-  std::string last_text_;     // the template's text of the same conversation (no generation prompt)
-  size_t last_images_ = 0;    // images in it
+  Prompt last_prompt_;
+  std::string last_text_;  // the template's text of the same conversation (no generation prompt)
+  size_t last_media_ = 0;  // media items in it
 };
 
 }  // namespace m3::cli

@@ -11,7 +11,7 @@
 #include "cache_type.h"
 #include "commands.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/prefill.h"
 
 namespace m3::cli {
 

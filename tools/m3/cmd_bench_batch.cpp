@@ -8,7 +8,7 @@
 #include "bench_util.h"
 #include "commands.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/prefill.h"
 
 namespace m3::cli {
 

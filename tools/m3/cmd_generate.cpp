@@ -10,7 +10,7 @@
 #include "sampling_options.h"
 #include "read_ids.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/session.h"
 #include "runtime/multimodal_prompt.h"
 
 namespace m3::cli {
@@ -45,53 +45,45 @@ void register_generate(CLI::App& app) {
     a->s.validate();
     auto engine = Engine::load(a->model, a->threads);
     const std::string text = a->prompt_file.empty() ? a->prompt : read_text_file(a->prompt_file);
-    std::vector<int32_t> prompt;
-    MultimodalPrompt mm;
+    Prompt prompt;
     if (!a->images.empty() || !a->videos.empty()) {
       M3_CHECK(!a->special, "--special cannot be combined with --image/--video");
       MultimodalOptions mo;
       mo.video.fps = a->video_fps;
-      mm = build_multimodal_prompt(*engine, text, a->images, a->videos, mo);
-      prompt = mm.ids;
+      prompt = build_multimodal_prompt(*engine, text, a->images, a->videos, mo).prompt;
     } else {
-      prompt = engine->tokenizer->encode(text, a->special);
+      prompt.append_tokens(engine->tokenizer->encode(text, a->special));
     }
     M3_CHECK(!prompt.empty(), "the prompt is empty");
 
-    GenerateOptions opt;
-    opt.max_new_tokens = a->n;
-    opt.prefill_chunk = a->chunk;
-    opt.sampling = a->s;
-    opt.sample_vocab = engine->tokenizer->vocab_size();
-    if (!mm.embeddings.empty()) opt.prompt_embeddings = mm.embeddings.data();
-    if (!a->ignore_eos)
-      if (auto eos = engine->tokenizer->token_id("[e~[")) opt.stop_tokens.push_back(*eos);
+    GenerationConfig g;
+    g.max_tokens = a->n;
+    g.sampling = a->s;
+    g.sample_vocab = engine->tokenizer->vocab_size();
+    g.stop_at_end_of_turn = !a->ignore_eos;
 
     // Long prefills report progress on stderr: tokens done, tokens/s, ETA.
     const bool show_progress = prompt.size() >= 8192;
     const auto t0 = std::chrono::steady_clock::now();
-    auto on_prefill = [&](int64_t done, int64_t total) {
-      if (!show_progress) return;
+    SessionCallbacks cb;
+    cb.on_prefill = [&](int64_t done, int64_t total) {
+      if (!show_progress) return true;
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       const double rate = done / std::max(s, 1e-9);
       std::fprintf(stderr, "\rprefill %lld/%lld tokens, %.1f tok/s, ETA %.0f s   ", (long long)done,
                    (long long)total, rate, (total - done) / std::max(rate, 1e-9));
       if (done == total) std::fprintf(stderr, "\n");
+      return true;
     };
-
-    KvCacheShape cache_shape = engine->model->cache_shape();
-    cache_shape.dtype = cache_type_of(a->cache_type);
-    KvCache cache(cache_shape);
-    StreamingDecoder decoder(*engine->tokenizer);
-    auto stats = generate(*engine->model, cache, prompt, opt, [&](int32_t id) {
-      if (std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), id) != opt.stop_tokens.end()) return true;
-      const std::string piece = decoder.push(id);
+    cb.on_text = [](std::string_view piece) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
-      return true;
-    }, on_prefill);
-    const std::string rest = decoder.flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    };
+    SessionOptions so;
+    so.cache_type = cache_type_of(a->cache_type);
+    so.prefill_chunk = a->chunk;
+    Session session(*engine, so);
+    const SessionStats stats = session.generate(prompt, g, cb);
     std::printf("\n");
     std::fflush(stdout);
     std::fprintf(stderr,
@@ -99,7 +91,8 @@ void register_generate(CLI::App& app) {
                  "threads %d | KV cache %.1f MiB %s%s\n",
                  (long long)stats.prompt_tokens, stats.prefill_seconds, stats.prefill_tokens_per_second(),
                  (long long)stats.generated_tokens, stats.decode_tokens_per_second(), engine->pool->size(),
-                 cache.bytes() / 1048576.0, cache_type_name(cache.dtype()), stats.stopped_by_token ? " | stopped at end-of-turn" : "");
+                 session.cache_bytes() / 1048576.0, cache_type_name(session.cache_type()),
+                 stats.finish == FinishReason::EndOfTurn ? " | stopped at end-of-turn" : "");
   });
 }
 

@@ -13,7 +13,7 @@
 #include "io/npy.h"
 #include "read_ids.h"
 #include "runtime/engine.h"
-#include "runtime/generate.h"
+#include "runtime/prefill.h"
 #include "runtime/multimodal_prompt.h"
 
 namespace m3::cli {
@@ -62,12 +62,11 @@ void register_logits(CLI::App& app) {
       mo.rope = a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded : vision::VisionRopeVariant::InterleavedHf;
       mo.video.fps = a->video_fps;
       MultimodalPrompt mm = build_multimodal_prompt(*engine, a->text, a->images, a->videos, mo);
-      ids = std::move(mm.ids);
-      x = std::move(mm.embeddings);
-      const auto& emb = mm.features;
+      ids = mm.prompt.ids();
+      x = mm.prompt.input_rows(*engine->model);
       if (!a->vision_out.empty()) {
         std::vector<float> all;
-        for (const auto& e : emb) all.insert(all.end(), e.begin(), e.end());
+        for (const auto& e : mm.items) all.insert(all.end(), e->features.begin(), e->features.end());
         write_npy_f32(a->vision_out, all.data(), {int64_t(all.size()) / H, H});
       }
     } else {

@@ -1,8 +1,8 @@
-#include "server/stop_strings.h"
+#include "runtime/stop_strings.h"
 
 #include <algorithm>
 
-namespace m3::server {
+namespace m3 {
 
 StopStringFilter::StopStringFilter(std::vector<std::string> stops) : stops_(std::move(stops)) {
   stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
@@ -43,4 +43,4 @@ std::string StopStringFilter::finish() {
   return out;
 }
 
-}  // namespace m3::server
+}  // namespace m3

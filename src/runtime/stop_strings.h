@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-namespace m3::server {
+namespace m3 {
 
 class StopStringFilter {
  public:
@@ -24,4 +24,4 @@ class StopStringFilter {
   bool stopped_ = false;
 };
 
-}  // namespace m3::server
+}  // namespace m3

@@ -1,13 +1,14 @@
-#include "server/prefix_cache.h"
+#include "runtime/prefix_cache.h"
 
 #include <algorithm>
 #include <unordered_map>
 
 #include "base/error.h"
 
-namespace m3::server {
+namespace m3 {
 
-PrefixCache::PrefixCache(KvCacheShape shape, uint64_t budget_bytes) : shape_(std::move(shape)), budget_(budget_bytes) {}
+PrefixCache::PrefixCache(KvCacheShape shape, uint64_t budget_bytes, size_t max_entries)
+    : shape_(std::move(shape)), budget_(budget_bytes), max_entries_(max_entries) {}
 
 uint64_t PrefixCache::bytes() const {
   // Entries share the pages of common prefixes: each page counts once.
@@ -17,6 +18,8 @@ uint64_t PrefixCache::bytes() const {
   for (const auto& [page, n] : pages) b += n;
   return b;
 }
+
+int64_t PrefixCache::latest_tokens() const { return entries_.empty() ? 0 : entries_.front().cache->length(); }
 
 PrefixCache::Lease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
   const int64_t B = shape_.block_size;
@@ -66,7 +69,8 @@ void PrefixCache::release(std::unique_ptr<KvCache> cache, std::vector<int32_t> t
 }
 
 void PrefixCache::evict_to_budget() {
+  while (max_entries_ > 0 && entries_.size() > max_entries_) entries_.pop_back();
   while (!entries_.empty() && bytes() > budget_) entries_.pop_back();
 }
 
-}  // namespace m3::server
+}  // namespace m3

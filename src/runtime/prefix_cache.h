@@ -1,5 +1,5 @@
 #pragma once
-// KV reuse across requests: the caches of recent sequences with the tokens they hold, least
+// KV reuse across requests (the server) and turns (a Session): the caches of recent sequences with the tokens they hold, least
 // recently used first out when their pages exceed a memory budget. A new prompt reuses the
 // longest cached prefix, token for token (at most prompt length - 1, so at least one token is
 // prefilled and yields the first logits); only the rest is prefilled. A cache cut inside a block
@@ -22,11 +22,12 @@
 
 #include "memory/kv_cache.h"
 
-namespace m3::server {
+namespace m3 {
 
 class PrefixCache {
  public:
-  PrefixCache(KvCacheShape shape, uint64_t budget_bytes);
+  // max_entries: 0 for no limit (the server); 1 keeps only the latest sequence (a chat session).
+  PrefixCache(KvCacheShape shape, uint64_t budget_bytes, size_t max_entries = 0);
 
   struct Lease {
     std::unique_ptr<KvCache> cache;  // holds exactly prompt[0, reused)
@@ -37,8 +38,11 @@ class PrefixCache {
   void release(std::unique_ptr<KvCache> cache, std::vector<int32_t> tokens);
 
   size_t entries() const { return entries_.size(); }
+  int64_t latest_tokens() const;  // positions held by the most recently used entry (0: none)
+  void clear() { entries_.clear(); }
   uint64_t bytes() const;
   uint64_t budget_bytes() const { return budget_; }
+  const KvCacheShape& shape() const { return shape_; }
 
  private:
   struct Entry {
@@ -49,7 +53,8 @@ class PrefixCache {
 
   KvCacheShape shape_;
   uint64_t budget_;
+  size_t max_entries_;
   std::list<Entry> entries_;  // most recently used first
 };
 
-}  // namespace m3::server
+}  // namespace m3

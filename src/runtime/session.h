@@ -1,0 +1,69 @@
+#pragma once
+// One conversation (or one prompt) on one KV cache: the serial driver of the runtime's decode loop
+// (TokenGenerator) for `m3 generate` and `m3 chat`. Each call reuses the longest prefix the cache
+// shares with the new prompt (keys compared, media rows included: runtime/prompt.h), prefills the
+// rest in chunks (media rows as input rows), then decodes until the generator stops or a callback
+// says so. What the cache holds afterwards is kept for the next call. The server drives the same
+// TokenGenerator from its batching scheduler instead.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "base/dtype.h"
+#include "runtime/engine.h"
+#include "runtime/prefix_cache.h"
+#include "runtime/prompt.h"
+#include "runtime/token_generator.h"
+
+namespace m3 {
+
+struct SessionOptions {
+  DType cache_type = DType::F32;  // K, V and index-K element type (--cache-type)
+  int prefill_chunk = 512;        // tokens per prefill forward pass
+  bool reuse_prefix = true;       // false: every call starts from an empty cache (for comparisons)
+};
+
+struct SessionCallbacks {
+  std::function<void(std::string_view)> on_text;    // the output text, as it is released
+  std::function<bool(const TokenEvent&)> on_token;  // every generated token; false: stop after it
+  // After every prefill chunk (done of total prompt tokens to prefill); false before the last
+  // chunk stops the call there (the chunks done stay cached).
+  std::function<bool(int64_t done, int64_t total)> on_prefill;
+};
+
+struct SessionStats {
+  int64_t prompt_tokens = 0, reused_tokens = 0, prefilled_tokens = 0;
+  int64_t generated_tokens = 0, forced_tokens = 0, reasoning_tokens = 0;
+  double prefill_seconds = 0.0, decode_seconds = 0.0;
+  FinishReason finish = FinishReason::None;
+  bool interrupted = false;          // a callback stopped it
+  bool prefill_interrupted = false;  // ... before the first token
+  std::vector<int32_t> generated;    // end-of-turn included
+  double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prefilled_tokens / prefill_seconds : 0.0; }
+  // Decode speed counts the forward passes after the first generated token.
+  double decode_tokens_per_second() const {
+    return decode_seconds > 0 && generated_tokens > 1 ? (generated_tokens - 1) / decode_seconds : 0.0;
+  }
+};
+
+class Session {
+ public:
+  Session(Engine& engine, SessionOptions options);
+
+  // Prefills `prompt` (at least its last token, whose logits start the reply) and generates.
+  // Throws what the model throws; the cache is then dropped and the next call starts from nothing.
+  SessionStats generate(const Prompt& prompt, const GenerationConfig& config, const SessionCallbacks& callbacks);
+
+  int64_t cached_tokens() const;      // positions the kept cache holds
+  uint64_t cache_bytes() const { return cache_.bytes(); }
+  DType cache_type() const { return opt_.cache_type; }
+
+ private:
+  Engine& engine_;
+  SessionOptions opt_;
+  PrefixCache cache_;  // one entry: the sequence of the last call
+};
+
+}  // namespace m3
