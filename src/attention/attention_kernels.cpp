@@ -5,7 +5,7 @@
 
 #include "attention/attention_kernels_impl.h"
 #include "base/cpu_dispatch.h"
-#include "base/dtype.h"
+#include "m3/dtype.h"
 
 namespace m3 {
 

@@ -8,7 +8,7 @@
 // `M3_CPU=avx2` on an AVX-512 machine runs exactly what an AVX2-only machine runs. Weight formats
 // use the same rule for their matmul kernels (kernels/matmul.h, find_matmul_kernel).
 #include "base/cpu_features.h"
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

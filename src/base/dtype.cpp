@@ -1,4 +1,4 @@
-#include "base/dtype.h"
+#include "m3/dtype.h"
 
 #include <cmath>
 

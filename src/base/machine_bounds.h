@@ -6,18 +6,9 @@
 #include <cstddef>
 
 #include "base/thread_pool.h"
+#include "m3/bench_clock.h"
 
 namespace m3 {
-
-// Wall time by default. On a machine shared with other work, cpu = true divides the process's CPU
-// time by the thread count instead: time spent descheduled is not counted (sleeping pool workers
-// use no CPU time either), which approximates what the code does on an idle machine.
-struct BenchClock {
-  bool cpu = false;
-  int threads = 1;
-  double now() const;  // seconds
-  double since(double t0) const { return now() - t0; }
-};
 
 // GB/s (1e9 bytes/s) reading `bytes` (default 1 GiB), best of `reps`.
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, int reps = 3, const BenchClock& clock = {});

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <utility>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

@@ -1,4 +1,4 @@
-#include "chat/chat_delta.h"
+#include "m3/chat/chat_delta.h"
 
 namespace m3::chat {
 

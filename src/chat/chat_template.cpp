@@ -1,11 +1,11 @@
-#include "chat/chat_template.h"
+#include "m3/chat/chat_template.h"
 
 #include <optional>
 
-#include "base/error.h"
-#include "chat/json_depth.h"
-#include "chat/tool_call_xml.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/error.h"
+#include "m3/chat/json_depth.h"
+#include "m3/chat/tool_call_xml.h"
+#include "m3/tokenizer.h"
 
 namespace m3::chat {
 namespace {

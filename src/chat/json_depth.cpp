@@ -1,4 +1,4 @@
-#include "chat/json_depth.h"
+#include "m3/chat/json_depth.h"
 
 namespace m3::chat {
 

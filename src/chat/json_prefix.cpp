@@ -1,4 +1,4 @@
-#include "chat/json_prefix.h"
+#include "m3/chat/json_prefix.h"
 
 #include <cmath>
 

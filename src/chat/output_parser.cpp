@@ -1,8 +1,8 @@
-#include "chat/output_parser.h"
+#include "m3/chat/output_parser.h"
 
 #include <utility>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::chat {
 

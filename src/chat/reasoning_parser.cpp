@@ -1,6 +1,6 @@
-#include "chat/reasoning_parser.h"
+#include "m3/chat/reasoning_parser.h"
 
-#include "chat/text_scan.h"
+#include "m3/chat/text_scan.h"
 
 namespace m3::chat {
 

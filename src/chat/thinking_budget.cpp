@@ -1,10 +1,10 @@
-#include "chat/thinking_budget.h"
+#include "m3/chat/thinking_budget.h"
 
 #include <string>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/tokenizer.h"
 
 namespace m3::chat {
 

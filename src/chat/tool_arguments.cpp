@@ -1,10 +1,10 @@
-#include "chat/tool_arguments.h"
+#include "m3/chat/tool_arguments.h"
 
 #include <charconv>
 #include <cstdint>
 
-#include "chat/json_depth.h"
-#include "chat/text_scan.h"
+#include "m3/chat/json_depth.h"
+#include "m3/chat/text_scan.h"
 
 namespace m3::chat {
 namespace {

@@ -1,10 +1,10 @@
-#include "chat/tool_call_parser.h"
+#include "m3/chat/tool_call_parser.h"
 
 #include <algorithm>
 #include <memory>
 #include <random>
 
-#include "chat/text_scan.h"
+#include "m3/chat/text_scan.h"
 
 namespace m3::chat {
 namespace {

@@ -1,4 +1,4 @@
-#include "chat/tool_call_xml.h"
+#include "m3/chat/tool_call_xml.h"
 
 namespace m3::chat {
 namespace {

@@ -1,4 +1,4 @@
-#include "chat/utf8_stream.h"
+#include "m3/chat/utf8_stream.h"
 
 #include <cstdint>
 

@@ -4,7 +4,7 @@
 // always fp32 (kernels/matmul.h); row_to_f32 is the format's exact dequantization.
 #include <cstdint>
 
-#include "base/dtype.h"
+#include "m3/dtype.h"
 #include "format/weight_format.h"
 
 namespace m3 {

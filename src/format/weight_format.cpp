@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <mutex>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "format/linear_weight.h"
 
 namespace m3 {

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <vector>
 
-#include "base/dtype.h"
+#include "m3/dtype.h"
 
 namespace m3 {
 

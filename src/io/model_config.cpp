@@ -24,7 +24,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 namespace {

@@ -1,10 +1,10 @@
-#include "io/npy.h"
+#include "m3/npy.h"
 
 #include <cstring>
 #include <fstream>
 #include <regex>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
+#include "m3/dtype.h"
 #include "base/mapped_file.h"
 
 namespace m3 {

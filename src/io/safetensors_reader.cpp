@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "io/safetensors.h"
 
 namespace m3 {

@@ -2,7 +2,7 @@
 
 #include <iterator>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

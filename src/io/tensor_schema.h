@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
+#include "m3/dtype.h"
 #include "io/model_config.h"
 
 namespace m3 {

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

@@ -15,7 +15,7 @@
 #include <mutex>
 #include <vector>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "base/cpu_dispatch.h"
 #include "kernels/matmul_tile.h"
 

@@ -20,7 +20,7 @@
 #include <cstdint>
 
 #include "base/cpu_features.h"
-#include "base/dtype.h"
+#include "m3/dtype.h"
 #include "base/thread_pool.h"
 #include "format/linear_weight.h"
 

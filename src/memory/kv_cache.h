@@ -21,7 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "base/dtype.h"
+#include "m3/dtype.h"
 
 namespace m3 {
 
@@ -38,9 +38,6 @@ struct KvCacheShape {
 // Throws m3::Error when a page of type `have` is read as `want`.
 void check_cache_page_type(DType have, DType want);
 
-// The --cache-type spellings: "f32", "bf16".
-std::optional<DType> parse_cache_type(std::string_view name);
-const char* cache_type_name(DType t);
 
 // A page of one block (or part of it) with its element type: float for an F32 cache, the 16-bit
 // patterns for a BF16 one. as<T>() checks that T is the page's type.

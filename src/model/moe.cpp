@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "kernels/activations.h"
 #include "kernels/matmul.h"
 

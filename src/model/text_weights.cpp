@@ -1,6 +1,6 @@
 #include "model/text_weights.h"
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "io/tensor_schema.h"
 #include "io/weight_binding.h"
 

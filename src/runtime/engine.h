@@ -1,25 +1,9 @@
 #pragma once
-// A loaded checkpoint folder: config, mapped tensors, tokenizer, thread pool and text model.
-#include <memory>
-#include <string>
-
+// The engine with its parts complete (m3/engine.h declares them opaque): for src/ and the tests.
 #include "base/thread_pool.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "m3/engine.h"
+#include "m3/tokenizer.h"
 #include "model/text_model.h"
-#include "tokenizer/tokenizer.h"
-
-namespace m3 {
-
-struct Engine {
-  ModelConfig config;
-  TensorStore store;
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<TextModel> model;
-
-  // dir holds config.json, tokenizer.json and model.safetensors (or shards + index).
-  static std::unique_ptr<Engine> load(const std::string& dir, int threads);
-};
-
-}  // namespace m3
+#include "vision/vision_tower.h"

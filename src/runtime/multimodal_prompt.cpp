@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/image_decode.h"
 #include "vision/preprocess.h"
 #include "vision/video_preprocess.h"
@@ -71,33 +71,44 @@ EncodedMedia encode_media(const vision::VisionTower& tower, const MediaInput& in
 namespace {
 
 void check_vision(const Engine& engine) {
-  M3_CHECK(engine.config.vision.has_value(), engine.config.source,
+  M3_CHECK(engine.config().vision.has_value(), engine.config().source,
            ": images and videos need a checkpoint with a vision tower, but config.json has no vision_config");
-  M3_CHECK(engine.config.vision->num_channels == 3, engine.config.source,
-           ": images are RGB but vision_config.num_channels is ", engine.config.vision->num_channels);
+  M3_CHECK(engine.config().vision->num_channels == 3, engine.config().source,
+           ": images are RGB but vision_config.num_channels is ", engine.config().vision->num_channels);
+}
+
+// The engine's tower, or one bound for the rope variant asked for (an opt-in alternative).
+std::unique_ptr<vision::VisionTower> tower_for(const Engine& engine, const MultimodalOptions& options,
+                                               const vision::VisionTower*& tower) {
+  check_vision(engine);
+  tower = engine.vision_tower();
+  if (options.rope == vision::VisionRopeVariant::NeoxPadded) return nullptr;
+  auto own = std::make_unique<vision::VisionTower>(engine.config(), engine.store(), engine.pool(), options.rope);
+  tower = own.get();
+  return own;
 }
 
 }  // namespace
 
 std::shared_ptr<const EncodedMedia> encode_media(const Engine& engine, const MediaInput& in,
                                                  const MultimodalOptions& options) {
-  check_vision(engine);
-  const vision::VisionTower tower(engine.config, engine.store, *engine.pool, options.rope);
-  return std::make_shared<const EncodedMedia>(encode_media(tower, in, options));
+  const vision::VisionTower* tower = nullptr;
+  const auto own = tower_for(engine, options, tower);
+  return std::make_shared<const EncodedMedia>(encode_media(*tower, in, options));
 }
 
 MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
                                          const MultimodalOptions& options) {
-  check_vision(engine);
-  const vision::VisionTower tower(engine.config, engine.store, *engine.pool, options.rope);
+  const vision::VisionTower* tower = nullptr;
+  const auto own = tower_for(engine, options, tower);
   MultimodalPrompt out;
   for (const PromptPart& part : parts) {
     if (!part.media) {
-      if (!part.text.empty()) out.prompt.append_tokens(engine.tokenizer->encode(part.text));
+      if (!part.text.empty()) out.prompt.append_tokens(engine.tokenizer().encode(part.text));
       continue;
     }
-    out.items.push_back(std::make_shared<const EncodedMedia>(encode_media(tower, *part.media, options)));
-    out.prompt.append_media(*engine.tokenizer, out.items.back());
+    out.items.push_back(std::make_shared<const EncodedMedia>(encode_media(*tower, *part.media, options)));
+    out.prompt.append_media(engine.tokenizer(), out.items.back());
   }
   return out;
 }
@@ -118,13 +129,6 @@ MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string
     parts.push_back({"", m});
   }
   return build_multimodal_prompt(engine, parts, options);
-}
-
-MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
-                                         const std::vector<std::string>& image_paths, vision::VisionRopeVariant rope) {
-  MultimodalOptions o;
-  o.rope = rope;
-  return build_multimodal_prompt(engine, text, image_paths, {}, o);
 }
 
 }  // namespace m3

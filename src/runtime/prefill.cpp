@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

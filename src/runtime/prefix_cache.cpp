@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

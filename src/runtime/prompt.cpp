@@ -1,10 +1,12 @@
-#include "runtime/prompt.h"
+#include "m3/prompt.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "base/error.h"
+#include "m3/error.h"
+#include "runtime/engine.h"
 #include "vision/image_prompt.h"
+#include "vision/media_prompt.h"
 
 namespace m3 {
 
@@ -98,5 +100,7 @@ std::vector<float> Prompt::input_rows(const TextModel& model) const {
   input_rows(model, 0, size(), x.data());
   return x;
 }
+
+std::vector<float> Prompt::input_rows(const Engine& engine) const { return input_rows(engine.model()); }
 
 }  // namespace m3

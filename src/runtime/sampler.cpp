@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3 {
 

@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "chat/m3_format.h"
+#include "m3/chat/m3_format.h"
 
 namespace m3::server {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cctype>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "server/api_error.h"
 #include "server/header_text.h"
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "chat/m3_format.h"
-#include "runtime/prompt.h"
+#include "m3/chat/m3_format.h"
+#include "m3/prompt.h"
 #include "server/request.h"
 
 namespace m3::server {

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "chat/output_parser.h"
-#include "runtime/token_generator.h"
+#include "m3/chat/output_parser.h"
+#include "m3/generation.h"
 #include "server/exchange.h"
 #include "server/metrics.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace m3::server {
 

@@ -13,7 +13,7 @@
 #include <semaphore>
 #include <thread>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "server/api_error.h"
 #include "server/content_coding.h"
 #include "server/header_text.h"

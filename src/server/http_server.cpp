@@ -9,15 +9,15 @@
 #include <mutex>
 #include <random>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "chat/output_parser.h"
-#include "runtime/engine.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/chat/output_parser.h"
+#include "m3/engine.h"
+#include "m3/tokenizer.h"
 #include "server/api_error.h"
 #include "server/http_connection.h"
 #include "server/media.h"
 #include "server/metrics.h"
-#include "runtime/prefix_cache.h"
 #include "server/request.h"
 #include "server/scheduler.h"
 
@@ -55,11 +55,11 @@ class Server {
  public:
   explicit Server(const ServerOptions& o) : opt_(o) {
     engine_ = Engine::load(o.model_dir, o.threads);
-    const int64_t max_pos = engine_->config.text.max_position_embeddings;
+    const int64_t max_pos = engine_->info().max_position;
     ctx_ = o.ctx > 0 ? o.ctx : std::min<int64_t>(32768, max_pos > 0 ? max_pos : 32768);
     if (max_pos > 0) M3_CHECK(ctx_ <= max_pos, "--ctx ", ctx_, " exceeds the model's max_position_embeddings ", max_pos);
     M3_CHECK(o.prefill_chunk > 0, "--chunk must be > 0");
-    engine_->tokenizer->require_token(chat::kTurnEnd);  // the chat template ends turns with it
+    engine_->tokenizer().require_token(chat::kTurnEnd);  // the chat template ends turns with it
     model_name_ = o.model_name;
     if (model_name_.empty()) {
       std::filesystem::path p(o.model_dir);
@@ -67,18 +67,15 @@ class Server {
       model_name_ = p.filename().string();
       if (model_name_.empty()) model_name_ = "m3";
     }
-    if (engine_->config.vision.has_value())
-      tower_ = std::make_unique<vision::VisionTower>(engine_->config, engine_->store, *engine_->pool);
     media_.allowed_local_dir = o.allowed_local_media_path;
-    KvCacheShape shape = engine_->model->cache_shape();
-    shape.dtype = o.cache_type;
-    cache_ = std::make_unique<PrefixCache>(shape, o.cache_mb << 20);
     M3_CHECK(o.parallel >= 1, "--parallel must be >= 1, got ", o.parallel);
     SchedulerOptions so;
     so.parallel = o.parallel;
     so.chunk = std::max(o.prefill_chunk, o.parallel);
-    sample_vocab_ = std::min(engine_->tokenizer->vocab_size(), engine_->model->vocab_size());
-    scheduler_ = std::make_unique<Scheduler>(*engine_, *cache_, metrics_, so);
+    so.cache_type = o.cache_type;
+    so.prefix_cache_bytes = o.cache_mb << 20;
+    sample_vocab_ = engine_->info().sample_vocab;
+    scheduler_ = std::make_unique<Scheduler>(*engine_, metrics_, so);
   }
 
   void serve() {
@@ -91,7 +88,7 @@ class Server {
     limits.max_connections = std::max(4, opt_.http_threads);
     HttpListener http(opt_.host, opt_.port, limits);
     std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, %s KV cache, prefix cache %llu MiB\n",
-                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->pool->size(),
+                 model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->info().threads,
                  std::string(dtype_name(opt_.cache_type)).c_str(), (unsigned long long)opt_.cache_mb);
     std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), http.port());
     std::fflush(stderr);
@@ -148,7 +145,7 @@ class Server {
     auto group = n > 1 ? std::make_shared<ChoiceGroup>(n) : nullptr;
     std::vector<std::unique_ptr<Generation>> choices;
     for (int i = 0; i < n; ++i)
-      choices.push_back(std::make_unique<Generation>(job, ex, *engine_->tokenizer, sample_vocab_, i, group));
+      choices.push_back(std::make_unique<Generation>(job, ex, engine_->tokenizer(), sample_vocab_, i, group));
     scheduler_->submit(std::move(choices));
     // While the answer is pending the connection is polled: a client that leaves cancels its
     // generation (the scheduler retires it after the current step).
@@ -197,7 +194,7 @@ class Server {
     auto job = std::make_shared<Job>();
     job->endpoint = endpoint;
     job->created = now_seconds();
-    const Tokenizer& tok = *engine_->tokenizer;
+    const Tokenizer& tok = engine_->tokenizer();
     if (endpoint == Endpoint::Chat) {
       ChatRequest r = parse_chat_request(j, random_seed());
       check_token_ids(r.gen, sample_vocab_);
@@ -213,14 +210,14 @@ class Server {
       if (prompt.media.empty()) {
         job->prompt.append_tokens(ids);
       } else {
-        if (!tower_) {
+        if (!engine_->info().has_vision) {
           const auto& m = prompt.media.front();
           throw ApiError(400, "this model has no vision tower: image parts cannot be used",
                          str_cat("messages[", m.message_index, "].content[", m.part_index, "]"), "unsupported_content");
         }
         // The vision tower runs here, on the HTTP thread: the shared thread pool interleaves it
         // with the scheduler's forward passes.
-        job->prompt = build_media_prompt(tok, *tower_, ids, prompt.media, media_);
+        job->prompt = build_media_prompt(*engine_, ids, prompt.media, media_);
       }
       job->opens_reasoning = prompt.opens_reasoning;
       job->may_open_reasoning = r.thinking_mode == chat::ThinkingMode::Adaptive;
@@ -263,9 +260,7 @@ class Server {
   std::string model_name_;
   int64_t started_ = now_seconds();
   Metrics metrics_;
-  std::unique_ptr<vision::VisionTower> tower_;  // when the checkpoint has one
   MediaOptions media_;
-  std::unique_ptr<PrefixCache> cache_;
   int sample_vocab_ = 0;
   std::unique_ptr<Scheduler> scheduler_;  // last: its thread stops before the rest is destroyed
 };

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/dtype.h"
+#include "m3/dtype.h"
 
 namespace m3::server {
 

@@ -8,9 +8,10 @@
 #include <chrono>
 #include <filesystem>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "server/api_error.h"
-#include "runtime/multimodal_prompt.h"
+#include "m3/media.h"
+#include "m3/tokenizer.h"
 
 namespace m3::server {
 
@@ -115,8 +116,8 @@ std::string read_media_bytes(const std::string& url, const MediaOptions& o, cons
   return read_local(url, o, param);
 }
 
-Prompt build_media_prompt(const Tokenizer& tok, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
-                          const std::vector<chat::MediaRef>& media, const MediaOptions& options) {
+Prompt build_media_prompt(const Engine& engine, const std::vector<int32_t>& ids, const std::vector<chat::MediaRef>& media,
+                          const MediaOptions& options) {
   std::vector<std::shared_ptr<const EncodedMedia>> items;
   for (const chat::MediaRef& m : media) {
     const std::string param = str_cat("messages[", m.message_index, "].content[", m.part_index, "]");
@@ -127,7 +128,7 @@ Prompt build_media_prompt(const Tokenizer& tok, const vision::VisionTower& tower
     in.size = bytes.size();
     in.name = param;
     try {
-      items.push_back(std::make_shared<const EncodedMedia>(encode_media(tower, in)));
+      items.push_back(encode_media(engine, in));
     } catch (const ApiError&) {
       throw;
     } catch (const Error& e) {
@@ -136,7 +137,7 @@ Prompt build_media_prompt(const Tokenizer& tok, const vision::VisionTower& tower
   }
   // The template left one placeholder token per part, in order: `]<]image[>[` or `]<]video[>[`.
   Prompt prompt;
-  const size_t used = prompt.append_expanding(tok, ids, items);
+  const size_t used = prompt.append_expanding(engine.tokenizer(), ids, items);
   M3_CHECK(used == items.size(), "the prompt has ", used, " media placeholders for ", items.size(), " media parts");
   return prompt;
 }

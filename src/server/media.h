@@ -14,10 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "chat/chat_template.h"
-#include "runtime/prompt.h"
-#include "tokenizer/tokenizer.h"
-#include "vision/vision_tower.h"
+#include "m3/chat/chat_template.h"
+#include "m3/engine.h"
+#include "m3/prompt.h"
 
 namespace m3::server {
 
@@ -37,7 +36,7 @@ bool decode_base64(std::string_view in, std::string& out);
 // Reads and encodes the items of `media` (one per placeholder token of `ids`, in order) and expands
 // the placeholders with them (runtime/prompt.h: the media rows and their prefix-cache keys). Errors
 // are ApiError(400) naming messages[i].content[j].
-Prompt build_media_prompt(const Tokenizer& tokenizer, const vision::VisionTower& tower, const std::vector<int32_t>& ids,
-                          const std::vector<chat::MediaRef>& media, const MediaOptions& options);
+Prompt build_media_prompt(const Engine& engine, const std::vector<int32_t>& ids, const std::vector<chat::MediaRef>& media,
+                          const MediaOptions& options);
 
 }  // namespace m3::server

@@ -3,10 +3,10 @@
 #include <cctype>
 #include <cmath>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "chat/json_depth.h"
-#include "chat/thinking_budget.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/chat/json_depth.h"
+#include "m3/chat/thinking_budget.h"
 
 namespace m3::server {
 

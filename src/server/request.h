@@ -8,9 +8,9 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/json_depth.h"
-#include "chat/m3_format.h"
-#include "runtime/sampler.h"
+#include "m3/chat/json_depth.h"
+#include "m3/chat/m3_format.h"
+#include "m3/sampling.h"
 #include "server/api_error.h"
 
 namespace m3::server {

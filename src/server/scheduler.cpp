@@ -2,14 +2,26 @@
 
 #include <algorithm>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::server {
 
-Scheduler::Scheduler(Engine& engine, PrefixCache& cache, Metrics& metrics, SchedulerOptions options)
-    : engine_(engine), cache_(cache), metrics_(metrics), opt_(options) {
-  M3_CHECK(opt_.parallel >= 1, "--parallel must be >= 1, got ", opt_.parallel);
-  M3_CHECK(opt_.chunk >= opt_.parallel, "--chunk (", opt_.chunk, ") must be at least --parallel (", opt_.parallel, ")");
+namespace {
+
+BatchOptions batch_options(const SchedulerOptions& o) {
+  M3_CHECK(o.parallel >= 1, "--parallel must be >= 1, got ", o.parallel);
+  M3_CHECK(o.chunk >= o.parallel, "--chunk (", o.chunk, ") must be at least --parallel (", o.parallel, ")");
+  BatchOptions b;
+  b.chunk = o.chunk;
+  b.cache_type = o.cache_type;
+  b.prefix_cache_bytes = o.prefix_cache_bytes;
+  return b;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(Engine& engine, Metrics& metrics, SchedulerOptions options)
+    : engine_(engine), metrics_(metrics), opt_(options), batch_(engine, batch_options(options)) {
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -101,14 +113,10 @@ void Scheduler::admit(std::deque<std::unique_ptr<Generation>>& arrivals) {
 
 bool Scheduler::start_sequence(Sequence& s) {
   try {
-    const Job& job = s.gen->job();
-    auto lease = cache_.acquire(job.prompt.keys());
-    s.cache = std::move(lease.cache);
-    s.reused = lease.reused;
-    s.pending.assign(job.prompt.ids().begin() + lease.reused, job.prompt.ids().end());
-    s.media_rows = job.prompt.has_media_from(lease.reused);
-    if (s.waits_for_leader) s.gen->set_reused(lease.reused);  // started when it began to wait
-    else s.gen->start(lease.reused);
+    int64_t reused = 0;
+    s.id = batch_.add(s.gen->job().prompt, &reused);
+    if (s.waits_for_leader) s.gen->set_reused(reused);  // started when it began to wait
+    else s.gen->start(reused);
     return true;
   } catch (const std::exception& e) {
     s.error = e.what();
@@ -119,93 +127,61 @@ bool Scheduler::start_sequence(Sequence& s) {
 const Scheduler::Sequence* Scheduler::leader_in_prefill(const Generation& gen) const {
   if (!gen.group() || gen.index() == 0) return nullptr;
   for (const Sequence& s : running_)
-    if (s.gen->group() == gen.group() && s.gen->index() == 0 && s.cache && !s.decoding && !s.done) return &s;
+    if (s.gen->group() == gen.group() && s.gen->index() == 0 && s.id >= 0 && !s.done && batch_.prefilling(s.id))
+      return &s;
   return nullptr;
 }
 
 void Scheduler::advance(Sequence& s) {
-  bool more = false;
+  std::vector<int32_t> feed;
   try {
-    more = s.gen->step(s.logits.data(), s.pending);
+    if (!s.gen->step(batch_.logits(s.id), feed)) {
+      s.done = true;
+      return;
+    }
   } catch (const std::exception& e) {  // sampling or output handling failed: only this sequence ends
     s.error = e.what();
-    s.cache.reset();
+    batch_.drop(s.id);
+    s.id = -1;
     s.done = true;
     return;
   }
-  if (!more) {
-    s.done = true;
-  } else {
-    s.fed = 0;
-    s.decoding = true;
-    s.media_rows = false;
-    s.rows = {};
-  }
+  batch_.feed(s.id, std::move(feed));
 }
 
 void Scheduler::run_step() {
-  // Decode rows first (one token each), then prefill chunks in arrival order within the budget.
-  std::vector<BatchInput> inputs;
-  std::vector<size_t> owner;  // running_ index of each input
-  int64_t budget = opt_.chunk;
-  auto add = [&](size_t i, int64_t n) {
-    Sequence& s = running_[i];
-    const bool last = s.fed + size_t(n) == s.pending.size();
-    BatchInput in{s.cache.get(), s.pending.data() + s.fed, nullptr, n, last ? LogitsFor::Last : LogitsFor::None, &s.logits};
-    if (s.media_rows) {  // a prompt with images goes in as input rows
-      s.rows.resize(size_t(n * engine_.config.text.hidden_size));
-      s.gen->job().prompt.input_rows(*engine_.model, s.reused + int64_t(s.fed), n, s.rows.data());
-      in.tokens = nullptr;
-      in.embeddings = s.rows.data();
-    }
-    inputs.push_back(in);
-    owner.push_back(i);
-    budget -= n;
+  const Batch::StepResult r = batch_.step();
+  if (r.sequences == 0) return;
+  metrics_.count_step(r.sequences, r.rows);
+  auto owner = [&](Batch::Id id) -> Sequence* {
+    for (Sequence& s : running_)
+      if (s.id == id) return &s;
+    return nullptr;
   };
-  for (size_t i = 0; i < running_.size(); ++i) {
-    const Sequence& s = running_[i];
-    if (!s.cancelled && s.decoding) add(i, int64_t(s.pending.size()));  // 1 token, or a few forced ones
+  for (Batch::Id id : r.failed) {  // their caches' contents were unknown: the batch dropped them
+    Sequence* s = owner(id);
+    if (!s) continue;
+    s->error = r.error;
+    s->id = -1;
+    s->done = true;
   }
-  for (size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    const Sequence& s = running_[i];
-    if (!s.cancelled && !s.decoding && !s.waits_for_leader) add(i, std::min(int64_t(s.pending.size() - s.fed), budget));
-  }
-  if (inputs.empty()) return;
-
-  int64_t rows = 0;
-  for (const BatchInput& in : inputs) rows += in.n;
-  metrics_.count_step(int64_t(inputs.size()), rows);
-  try {
-    engine_.model->forward_batch(inputs);
-  } catch (const std::exception& e) {
-    // Their caches' contents are unknown: the sequences end with an error and the caches are dropped.
-    for (size_t i : owner) {
-      Sequence& s = running_[i];
-      s.error = e.what();
-      s.cache.reset();
-      s.done = true;
-    }
-    return;
-  }
-
-  for (size_t k = 0; k < inputs.size(); ++k) {
-    Sequence& s = running_[owner[k]];
-    s.fed += size_t(inputs[k].n);
-    if (inputs[k].which != LogitsFor::Last) continue;
-    if (!s.decoding && s.gen->group()) {
-      // The prompt is in the cache: the choice's waiting siblings share its pages and start from its logits.
+  for (Batch::Id id : r.ready) {
+    Sequence* sp = owner(id);
+    if (!sp) continue;
+    Sequence& s = *sp;
+    if (s.gen->group() && s.gen->index() == 0) {
+      // The leader's prompt may be in now: its waiting siblings share its pages and start from its logits.
       for (Sequence& f : running_) {
         if (!f.waits_for_leader || f.done || f.gen->group() != s.gen->group()) continue;
         f.waits_for_leader = false;
         try {
-          f.cache = KvCache::prefix_of(*s.cache, s.cache->length());
+          f.id = batch_.fork(s.id);
         } catch (const std::exception& e) {
           f.error = e.what();
           f.done = true;
           continue;
         }
-        f.gen->set_reused(s.cache->length());
-        f.logits = s.logits;
+        f.gen->set_reused(batch_.length(s.id));
         advance(f);
       }
     }
@@ -224,13 +200,12 @@ void Scheduler::retire() {
   if (finished.empty()) return;
   running_.erase(std::remove_if(running_.begin(), running_.end(), [](const Sequence& s) { return s.done; }), running_.end());
   for (Sequence& s : finished) {
-    if (!s.cache) continue;
-    // A sequence cancelled during its prefill holds only part of the prompt.
-    std::vector<int32_t> held = s.gen->cached_tokens();
-    held.resize(std::min(held.size(), size_t(s.cache->length())));
-    cache_.release(std::move(s.cache), std::move(held));
+    if (s.id < 0) continue;
+    // A sequence cancelled during its prefill holds only part of the prompt (finish keeps what it holds).
+    batch_.finish(s.id, s.gen->cached_tokens());
+    s.id = -1;
   }
-  metrics_.set_prefix_cache(int64_t(cache_.entries()), cache_.bytes());
+  metrics_.set_prefix_cache(int64_t(batch_.prefix_cache_entries()), batch_.prefix_cache_bytes());
   running_count_ = int64_t(running_.size());
   publish_queue();
   for (Sequence& s : finished) {

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "tokenizer/byte_level.h"
 
 namespace m3::tok {

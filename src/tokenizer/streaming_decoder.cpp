@@ -1,6 +1,6 @@
 // StreamingDecoder: token ids in, whole UTF-8 characters out.
 #include "tokenizer/byte_level.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace m3 {
 namespace {

@@ -1,5 +1,5 @@
 // Tokenizer: tokenizer.json -> (added tokens, pre-tokenizer, BPE model), and encode/decode.
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 #include <algorithm>
 #include <fstream>
@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
 #include "tokenizer/regex_split.h"

@@ -8,7 +8,7 @@
 #include <iterator>
 #include <memory>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/png_chunks.h"
 
 // stb_image is compiled here, private to this file (STB_IMAGE_STATIC), so the build needs no

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace m3::vision {
 

@@ -1,6 +1,6 @@
 #include "vision/media_prompt.h"
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/image_prompt.h"
 
 namespace m3::vision {

@@ -12,19 +12,12 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
+#include "m3/media.h"
 
 namespace m3::vision {
 
 inline constexpr const char* kVideoPlaceholder = "]<]video[>[";
-
-enum class MediaKind { Image, Video };
-
-struct MediaLayout {
-  MediaKind kind = MediaKind::Image;
-  int64_t tokens_per_group = 0;            // N for an image, M for a video
-  std::vector<std::string> group_prefix;   // one entry per group ("" for an image: one group)
-};
 
 // One piece of the prompt in order: text (tokenized as plain text) or a media item.
 struct MediaPromptPart {

@@ -3,7 +3,7 @@
 #include <array>
 #include <string_view>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::vision {
 namespace {

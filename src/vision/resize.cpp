@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::vision {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/av_error.h"
 
 extern "C" {

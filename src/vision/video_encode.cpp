@@ -1,6 +1,6 @@
 #include "vision/video_encode.h"
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/av_error.h"
 
 extern "C" {

@@ -1,6 +1,6 @@
 #include "vision/video_preprocess.h"
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/resize.h"
 
 namespace m3::vision {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <set>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::vision {
 namespace {

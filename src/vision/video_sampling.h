@@ -20,17 +20,9 @@
 #include <vector>
 
 #include "vision/preprocess.h"
+#include "m3/media.h"
 
 namespace m3::vision {
-
-struct VideoSamplingConfig {
-  double fps = 1.0;             // frames sampled per second of video
-  int64_t min_frames = 4;
-  int64_t max_frames = 768;
-  double max_duration_s = 300;  // longer videos: max_duration * fps samples over the whole video
-  int64_t total_pixels = 45'158'400;            // w * h * frames budget of the default mode
-  int64_t max_volume_pixels = 301'056'000;      // w * h * frames cap of long-side mode
-};
 
 // Sorted unique indices in [0, total_frames). Throws m3::Error for a non-positive count or rate.
 std::vector<int64_t> sample_frame_indices(int64_t total_frames, double src_fps, const VideoSamplingConfig& cfg);

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "attention/attention_kernels.h"
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::vision {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "kernels/matmul.h"
 #include "vision/vision_attention.h"
 

@@ -12,6 +12,7 @@
 #include "io/safetensors.h"
 #include "vision/preprocess.h"
 #include "vision/vision_weights.h"
+#include "m3/media.h"
 
 namespace m3::vision {
 
@@ -39,18 +40,6 @@ void check_grid(const GridThw& grid, int merge_size);
 // Positions of every row, in pixel_values order (t, bh, bw, sh, sw).
 std::vector<PatchPosition> patch_positions(const GridThw& grid, int merge_size, int segment_max_frames);
 std::vector<Segment> attention_segments(const GridThw& grid, int segment_max_frames);
-
-// Which 3D RoPE (spec §5.4.4 and open question 5).
-enum class VisionRopeVariant {
-  // The spec's choice (vLLM, llama.cpp): axis = 2·((head_dim/3)/2) dims for each of t, h, w;
-  // angle vector a = [t·f, h·f, w·f] (half = 3·axis/2 values), f_k = theta^(−2k/axis);
-  // NeoX pairs (j, j + half); dims ≥ 2·half pass through (M3: 26/26/26 + 2).
-  NeoxPadded,
-  // The transformers port (non-authoritative, opt-in): t and h get axis dims, w the rest
-  // (M3: 26/26/28, nothing passes through); each axis block [b, b + n) rotates interleaved pairs
-  // (b + 2k, b + 2k + 1) by coord·theta^(−2k/n). Coordinates are the same true (t, row, col).
-  InterleavedHf,
-};
 
 // cos/sin of the 3D RoPE angles for a list of positions; angles formed in double, cos/sin
 // rounded to fp32.

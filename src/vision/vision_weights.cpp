@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "io/tensor_schema.h"
 #include "io/weight_binding.h"
 

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
 #include "fuzz_support.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

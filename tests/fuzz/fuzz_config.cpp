@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fuzz_support.h"
 #include "io/model_config.h"
 #include "io/tensor_schema.h"

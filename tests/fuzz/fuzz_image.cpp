@@ -5,7 +5,7 @@
 // when the budget check is missing.
 #include <cstdint>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fuzz_support.h"
 #include "vision/image_decode.h"
 

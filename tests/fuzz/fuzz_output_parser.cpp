@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
-#include "chat/output_parser.h"
+#include "m3/error.h"
+#include "m3/chat/output_parser.h"
 #include "fuzz_support.h"
 
 namespace {

@@ -8,11 +8,11 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
 #include "fuzz_support.h"
 #include "server/request.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 // faults).
 #include <cstdint>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fuzz_support.h"
 #include "io/safetensors.h"
 

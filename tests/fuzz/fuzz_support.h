@@ -11,9 +11,9 @@
 #include <string>
 #include <string_view>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fixtures/bpe_trainer.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace m3::fuzz {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fuzz_support.h"
 #include "vision/video_decode.h"
 

@@ -11,7 +11,7 @@
 #include "attention/attention_kernels.h"
 #include "attention/msa_attention.h"
 #include "attention/msa_select.h"
-#include "base/dtype.h"
+#include "m3/dtype.h"
 
 using namespace m3;
 

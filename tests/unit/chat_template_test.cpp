@@ -4,11 +4,11 @@
 
 #include <algorithm>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "chat/tool_call_xml.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/chat/tool_call_xml.h"
 #include "fixtures/bpe_trainer.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 using namespace m3;
 using namespace m3::chat;

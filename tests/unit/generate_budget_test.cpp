@@ -7,10 +7,10 @@
 #include "tiny_model.h"
 
 
-#include "chat/thinking_budget.h"
+#include "m3/chat/thinking_budget.h"
 #include "runtime/engine.h"
 #include "runtime/prefill.h"
-#include "runtime/session.h"
+#include "m3/session.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ std::vector<int32_t> greedy(m3::Engine& e, const std::vector<int32_t>& prompt, i
   m3::GenerationConfig g;
   g.max_tokens = n;
   g.sampling.temperature = 0.0f;
-  g.sample_vocab = e.tokenizer->vocab_size();
+  g.sample_vocab = e.tokenizer().vocab_size();
   g.stop_at_end_of_turn = false;
   if (cap) g.reasoning = m3::ReasoningOptions{/*prompt_opened=*/true, /*may_open=*/false, *cap};
   std::vector<int32_t> out;
@@ -44,9 +44,9 @@ std::vector<int32_t> greedy(m3::Engine& e, const std::vector<int32_t>& prompt, i
 TEST(GenerateThinkingBudget, ClosesTheThoughtAtTheCap) {
   TinyModel tiny("generate_budget", 3);
   m3::Engine& e = *tiny.engine;
-  const auto markers = m3::chat::ThinkingMarkers::from_tokenizer(*e.tokenizer);
+  const auto markers = m3::chat::ThinkingMarkers::from_tokenizer(e.tokenizer());
   // A prompt that ends inside an opened thought, like thinking_mode=enabled.
-  std::vector<int32_t> prompt = e.tokenizer->encode("]~b]user\nhello there[e~[\n]~b]ai\n", true);
+  std::vector<int32_t> prompt = e.tokenizer().encode("]~b]user\nhello there[e~[\n]~b]ai\n", true);
   prompt.push_back(markers.open);
 
   const int cap = 5, n = 12;
@@ -75,8 +75,8 @@ TEST(GenerateThinkingBudget, ClosesTheThoughtAtTheCap) {
 TEST(GenerateThinkingBudget, UncappedBudgetChangesNothing) {
   TinyModel tiny("generate_budget", 3);
   m3::Engine& e = *tiny.engine;
-  const auto markers = m3::chat::ThinkingMarkers::from_tokenizer(*e.tokenizer);
-  std::vector<int32_t> prompt = e.tokenizer->encode("]~b]user\nhi[e~[\n]~b]ai\n", true);
+  const auto markers = m3::chat::ThinkingMarkers::from_tokenizer(e.tokenizer());
+  std::vector<int32_t> prompt = e.tokenizer().encode("]~b]user\nhi[e~[\n]~b]ai\n", true);
   prompt.push_back(markers.open);
   // Without a cap the budget only counts: the tokens are the plain greedy ones.
   m3::SessionStats st;
@@ -86,9 +86,9 @@ TEST(GenerateThinkingBudget, UncappedBudgetChangesNothing) {
 
 TEST(KvCacheTruncate, InsideABlockIsExact) {
   TinyModel tiny("generate_budget", 3);
-  m3::TextModel& model = *tiny.engine->model;
+  m3::TextModel& model = tiny.engine->model();
   const int B = model.cache_shape().block_size;
-  const int vocab = tiny.engine->tokenizer->vocab_size();
+  const int vocab = tiny.engine->tokenizer().vocab_size();
   // Enough blocks that MSA selects sparsely (tiny: block 16, top-4).
   std::vector<int32_t> a, b;
   for (int i = 0; i < 7 * B + 9; ++i) a.push_back(int32_t((i * 37 + 11) % vocab));

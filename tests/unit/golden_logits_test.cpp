@@ -118,11 +118,11 @@ struct Checkpoint {
 // One-shot, chunked and decode runs of one prompt, and a continuous-batching step.
 void text_cases(const std::string& tag, const std::string& dir, int threads, m3::DType cache_dtype, Results& out) {
   auto engine = m3::Engine::load(dir, threads);
-  m3::TextModel& model = *engine->model;
+  m3::TextModel& model = engine->model();
   m3::KvCacheShape shape = model.cache_shape();
   shape.dtype = cache_dtype;
   const std::string c = tag + "." + (cache_dtype == m3::DType::BF16 ? "bf16" : "f32");
-  const int vocab = engine->tokenizer->vocab_size();
+  const int vocab = engine->tokenizer().vocab_size();
   const int B = shape.block_size;
   // Long enough that MSA selects (top-k x block < length) in every preset used here.
   const int64_t n = int64_t(B) * 9 + 7;
@@ -188,7 +188,7 @@ void text_cases(const std::string& tag, const std::string& dir, int threads, m3:
 // tower's output (the multimodal embedding path).
 void vision_cases(const std::string& dir, int threads, Results& out) {
   auto engine = m3::Engine::load(dir, threads);
-  m3::vision::VisionTower tower(engine->config, engine->store, *engine->pool);
+  m3::vision::VisionTower tower(engine->config(), engine->store(), engine->pool());
   const m3::vision::GridThw grid{2, 4, 6};  // 2 temporal groups of 4 x 6 patches
   const int64_t rows = grid.patches(), cols = 1176;
   std::vector<float> pixels(size_t(rows * cols));
@@ -197,9 +197,9 @@ void vision_cases(const std::string& dir, int threads, Results& out) {
   const std::vector<float> merged = tower.forward(pixels.data(), rows, cols, grid);
   out.put("tiny-vl.tower", hash_floats(merged));
 
-  m3::TextModel& model = *engine->model;
+  m3::TextModel& model = engine->model();
   const int64_t H = model.config().hidden_size, m = tower.merged_tokens(grid), n = m + 9;
-  const auto ids = random_tokens(size_t(n), engine->tokenizer->vocab_size(), 31);
+  const auto ids = random_tokens(size_t(n), engine->tokenizer().vocab_size(), 31);
   std::vector<float> x(size_t(n * H));
   model.embed(ids.data(), n, x.data());
   std::copy(merged.begin(), merged.end(), x.begin() + 3 * H);

@@ -7,7 +7,7 @@
 #include <random>
 #include <string>
 
-#include "chat/json_prefix.h"
+#include "m3/chat/json_prefix.h"
 
 namespace m3::chat {
 namespace {

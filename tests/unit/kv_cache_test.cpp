@@ -8,8 +8,8 @@
 #include <random>
 #include <unordered_map>
 
-#include "base/dtype.h"
-#include "base/error.h"
+#include "m3/dtype.h"
+#include "m3/error.h"
 #include "memory/kv_cache.h"
 
 using namespace m3;

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fixtures/random_checkpoint.h"
 #include "io/model_config.h"
 

@@ -9,7 +9,7 @@
 #include <numeric>
 #include <random>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "kernels/rope.h"
 #include "model/moe.h"
 #include "tiny_model.h"
@@ -20,8 +20,8 @@ using m3::test::TinyModel;
 
 struct Layer {
   TinyModel tiny{"moe_seam", 9, 2};
-  const m3::TextConfig& cfg = tiny.engine->model->config();
-  m3::TextWeights weights = m3::bind_text_weights(tiny.engine->store, cfg);
+  const m3::TextConfig& cfg = tiny.engine->model().config();
+  m3::TextWeights weights = m3::bind_text_weights(tiny.engine->store(), cfg);
   m3::RopeTable rope{cfg.rope_theta, cfg.rotary_dim};
   std::vector<m3::SequenceRun> runs;
 
@@ -31,7 +31,7 @@ struct Layer {
     throw std::runtime_error("no MoE layer");
   }
   m3::Workspace ws;
-  m3::ForwardContext context(int64_t rows) { return m3::ForwardContext{*tiny.engine->pool, cfg, rope, runs, rows, ws}; }
+  m3::ForwardContext context(int64_t rows) { return m3::ForwardContext{tiny.engine->pool(), cfg, rope, runs, rows, ws}; }
 };
 
 std::vector<float> random_rows(int64_t rows, int64_t hidden, uint64_t seed) {

@@ -6,11 +6,11 @@
 
 #include <random>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "chat/output_parser.h"
-#include "chat/tool_call_xml.h"
-#include "chat/utf8_stream.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/chat/output_parser.h"
+#include "m3/chat/tool_call_xml.h"
+#include "m3/chat/utf8_stream.h"
 
 using namespace m3;
 using namespace m3::chat;

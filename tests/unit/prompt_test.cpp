@@ -7,9 +7,10 @@
 
 #include "tiny_model.h"
 
-#include "base/error.h"
-#include "runtime/prompt.h"
+#include "m3/error.h"
+#include "m3/prompt.h"
 #include "vision/image_prompt.h"
+#include "vision/media_prompt.h"
 
 namespace {
 
@@ -37,8 +38,8 @@ class PromptTest : public testing::Test {
     delete tiny_;
     tiny_ = nullptr;
   }
-  const m3::Tokenizer& tok() const { return *tiny_->engine->tokenizer; }
-  const m3::TextModel& model() const { return *tiny_->engine->model; }
+  const m3::Tokenizer& tok() const { return tiny_->engine->tokenizer(); }
+  const m3::TextModel& model() const { return tiny_->engine->model(); }
   int64_t H() const { return model().config().hidden_size; }
   static m3::test::TinyModel* tiny_;
 };

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;

@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "memory/kv_cache.h"
 #include "runtime/sampler.h"
 

@@ -34,10 +34,10 @@ std::vector<float> cold_logits(m3::TextModel& model, const std::vector<int32_t>&
 
 TEST(ServerPrefixCacheModel, ReuseGivesTheSameLogitsAsAColdPrefill) {
   TinyModel tiny("server_prefix_cache", 1);
-  m3::TextModel& model = *tiny.engine->model;
+  m3::TextModel& model = tiny.engine->model();
   const int V = model.vocab_size();
   const int B = model.cache_shape().block_size;
-  const int tok_vocab = tiny.engine->tokenizer->vocab_size();
+  const int tok_vocab = tiny.engine->tokenizer().vocab_size();
   const std::vector<int32_t> a = random_tokens(size_t(6 * B + 5), tok_vocab, 7);
 
   m3::PrefixCache pc(model.cache_shape(), 256u << 20);

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <map>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
 
 #include "server/metrics.h"
 #include "server/media.h"

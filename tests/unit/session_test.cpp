@@ -7,7 +7,8 @@
 
 #include "tiny_model.h"
 
-#include "runtime/session.h"
+#include "m3/session.h"
+#include "runtime/sampler.h"
 
 namespace {
 
@@ -24,7 +25,7 @@ class SessionTest : public testing::Test {
     tiny_ = nullptr;
   }
   m3::Engine& engine() { return *tiny_->engine; }
-  int vocab() { return engine().tokenizer->vocab_size(); }
+  int vocab() { return engine().tokenizer().vocab_size(); }
   Prompt tokens(int n, int salt) {
     Prompt p;
     std::vector<int32_t> ids;
@@ -44,7 +45,7 @@ class SessionTest : public testing::Test {
 m3::test::TinyModel* SessionTest::tiny_ = nullptr;
 
 TEST_F(SessionTest, ReuseGivesTheTokensOfAColdSession) {
-  const int B = engine().model->cache_shape().block_size;
+  const int B = engine().model().cache_shape().block_size;
   Session warm(engine(), SessionOptions{});
   const Prompt first = tokens(3 * B + 5, 1);
   const SessionStats a = warm.generate(first, greedy(6), {});
@@ -112,7 +113,7 @@ TEST_F(SessionTest, StoppingAfterATokenKeepsWhatWasFed) {
 }
 
 TEST_F(SessionTest, MediaRowsGoInAsInputRowsWhateverTheChunking) {
-  const int64_t H = engine().model->config().hidden_size;
+  const int64_t H = engine().model().config().hidden_size;
   auto img = std::make_shared<m3::EncodedMedia>();
   img->layout.kind = m3::vision::MediaKind::Image;
   img->layout.tokens_per_group = 5;
@@ -122,14 +123,14 @@ TEST_F(SessionTest, MediaRowsGoInAsInputRowsWhateverTheChunking) {
   img->features.resize(size_t(5 * H));
   for (float& v : img->features) v = d(rng);
   Prompt p = tokens(9, 6);
-  p.append_media(*engine().tokenizer, img);
+  p.append_media(engine().tokenizer(), img);
   p.append_tokens(tokens(4, 7).ids());
 
   // The first token is the argmax of the logits of the prompt's input rows, run in one pass.
   std::vector<float> logits;
-  m3::KvCache cache(engine().model->cache_shape());
-  const std::vector<float> rows = p.input_rows(*engine().model);
-  engine().model->forward_embeddings(cache, rows.data(), p.size(), m3::LogitsFor::Last, logits);
+  m3::KvCache cache(engine().model().cache_shape());
+  const std::vector<float> rows = p.input_rows(engine().model());
+  engine().model().forward_embeddings(cache, rows.data(), p.size(), m3::LogitsFor::Last, logits);
   const int32_t first = m3::argmax(logits.data(), vocab());
 
   std::vector<int32_t> reference;
@@ -149,7 +150,7 @@ TEST_F(SessionTest, MediaRowsGoInAsInputRowsWhateverTheChunking) {
   auto other = std::make_shared<m3::EncodedMedia>(*img);
   other->features[0] += 1.0f;
   Prompt q = tokens(9, 6);
-  q.append_media(*engine().tokenizer, other);
+  q.append_media(engine().tokenizer(), other);
   q.append_tokens(tokens(4, 7).ids());
   const SessionStats st = s.generate(q, greedy(1), {});
   EXPECT_EQ(st.reused_tokens, 10);  // the text and the start-of-image token

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <set>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fixtures/random_checkpoint.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"

@@ -7,7 +7,7 @@
 
 #include <random>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "runtime/engine.h"
 #include "runtime/prefill.h"
 
@@ -30,8 +30,8 @@ void expect_same(const std::vector<float>& a, const std::vector<float>& b, const
 
 void check_batching_is_exact(int threads) {
   TinyModel tiny("text_model_batch", 3, threads);
-  m3::TextModel& model = *tiny.engine->model;
-  const int vocab = tiny.engine->tokenizer->vocab_size();
+  m3::TextModel& model = tiny.engine->model();
+  const int vocab = tiny.engine->tokenizer().vocab_size();
   const int B = model.cache_shape().block_size;
   std::mt19937_64 rng(11);
 
@@ -100,7 +100,7 @@ TEST(TextModelBatch, BatchedSequencesMatchSingleRunsTwoThreads) { check_batching
 
 TEST(TextModelBatch, RejectsBadBatches) {
   TinyModel tiny("text_model_batch", 3);
-  m3::TextModel& model = *tiny.engine->model;
+  m3::TextModel& model = tiny.engine->model();
   m3::KvCache cache(model.cache_shape());
   const int32_t ids[2] = {1, 2};
   std::vector<float> logits;
@@ -115,8 +115,8 @@ TEST(TextModelBatch, RejectsBadBatches) {
 
 TEST(TextModelWorkspace, PassesReuseTheCallersBuffersAndKeepTheBits) {
   TinyModel tiny("text_model_ws", 4);
-  m3::TextModel& model = *tiny.engine->model;
-  const int vocab = tiny.engine->tokenizer->vocab_size();
+  m3::TextModel& model = tiny.engine->model();
+  const int vocab = tiny.engine->tokenizer().vocab_size();
   std::mt19937_64 rng(12);
   const std::vector<int32_t> prompt = random_tokens(200, vocab, rng);
   m3::Workspace ws;

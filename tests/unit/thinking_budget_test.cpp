@@ -1,13 +1,13 @@
 // Thinking budgets: the reasoning_effort mapping and the per-sequence state machine that closes a
 // thought at its cap. The state machine runs in a small token loop here, the way generate() and
 // the server drive it: forced tokens replace sampling and are fed back like sampled ones.
-#include "chat/thinking_budget.h"
+#include "m3/chat/thinking_budget.h"
 
 #include <gtest/gtest.h>
 
 #include <deque>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace {
 

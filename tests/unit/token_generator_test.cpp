@@ -5,9 +5,9 @@
 
 #include "tiny_model.h"
 
-#include "chat/m3_format.h"
-#include "chat/thinking_budget.h"
-#include "runtime/token_generator.h"
+#include "m3/chat/m3_format.h"
+#include "m3/chat/thinking_budget.h"
+#include "m3/generation.h"
 
 namespace {
 
@@ -23,10 +23,10 @@ class TokenGeneratorTest : public testing::Test {
     delete tiny_;
     tiny_ = nullptr;
   }
-  const m3::Tokenizer& tok() const { return *tiny_->engine->tokenizer; }
+  const m3::Tokenizer& tok() const { return tiny_->engine->tokenizer(); }
   int vocab() const { return tok().vocab_size(); }
   std::vector<float> pick(int32_t id, float value = 10.0f) const {
-    std::vector<float> l(size_t(tiny_->engine->model->vocab_size()), 0.0f);
+    std::vector<float> l(size_t(tiny_->engine->model().vocab_size()), 0.0f);
     l[size_t(id)] = value;
     return l;
   }

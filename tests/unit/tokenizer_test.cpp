@@ -8,11 +8,11 @@
 #include <random>
 #include <thread>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fixtures/bpe_trainer.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/regex_split.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace m3 {
 namespace {

@@ -11,11 +11,11 @@
 #include <iterator>
 #include <random>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fixtures/bpe_trainer.h"
 #include "fixtures/random_checkpoint.h"
 #include "runtime/multimodal_prompt.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 #include "vision/media_prompt.h"
 #include "vision/video_decode.h"
 #include "vision/video_encode.h"
@@ -367,7 +367,7 @@ TEST(MultimodalPrompt, PartsWithBytesEqualPlaceholdersWithFiles) {
       *engine, std::vector<PromptPart>{{"See ", std::nullopt}, {"", v}, {" and ", std::nullopt}, {"", i}, {".", std::nullopt}});
   EXPECT_EQ(a.prompt.ids(), b.prompt.ids());
   EXPECT_EQ(a.prompt.keys(), b.prompt.keys());
-  EXPECT_EQ(a.prompt.input_rows(*engine->model), b.prompt.input_rows(*engine->model));
+  EXPECT_EQ(a.prompt.input_rows(engine->model()), b.prompt.input_rows(engine->model()));
   ASSERT_EQ(b.items.size(), 2u);
   EXPECT_EQ(b.items[0]->layout.kind, MediaKind::Video);
   EXPECT_EQ(b.items[1]->layout.kind, MediaKind::Image);

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/vision_attention.h"
 
 namespace m3::vision {

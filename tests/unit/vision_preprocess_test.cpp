@@ -10,7 +10,7 @@
 #include <fstream>
 #include <random>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "vision/image_decode.h"
 #include "vision/png_chunks.h"
 #include "vision/preprocess.h"

@@ -8,7 +8,7 @@
 #include <random>
 #include <unistd.h>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "base/thread_pool.h"
 #include "fixtures/random_checkpoint.h"
 #include "io/model_config.h"

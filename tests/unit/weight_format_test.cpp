@@ -14,7 +14,7 @@
 #include <random>
 #include <set>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "fixtures/random_checkpoint.h"
 #include "format/linear_weight.h"
 #include "format/weight_format.h"
@@ -124,10 +124,10 @@ struct TwinCheckpoints {
 std::vector<float> logits_of(const std::string& dir, int threads) {
   auto engine = Engine::load(dir, threads);
   std::vector<int32_t> ids(150);
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % size_t(engine->tokenizer->vocab_size()));
-  KvCache cache(engine->model->cache_shape());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 37 + 11) % size_t(engine->tokenizer().vocab_size()));
+  KvCache cache(engine->model().cache_shape());
   std::vector<float> logits;
-  engine->model->forward(cache, ids.data(), int64_t(ids.size()), LogitsFor::All, logits);
+  engine->model().forward(cache, ids.data(), int64_t(ids.size()), LogitsFor::All, logits);
   return logits;
 }
 
@@ -153,7 +153,7 @@ TEST(WeightFormat, RegisteredFromATestRunsTheModelEndToEnd) {
   TwinCheckpoints twins;
   {
     auto engine = Engine::load(twins.q8, 1);
-    EXPECT_EQ(engine->model->config().num_hidden_layers, 4);
+    EXPECT_EQ(engine->model().config().num_hidden_layers, 4);
   }
   for (int threads : {1, 2}) {
     const std::vector<float> a = logits_of(twins.q8, threads), b = logits_of(twins.f32, threads);

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "base/machine_bounds.h"
+#include "m3/bench_clock.h"
 
 namespace m3::cli {
 

@@ -1,7 +1,6 @@
 #include "cache_type.h"
 
-#include "base/error.h"
-#include "memory/kv_cache.h"
+#include "m3/error.h"
 
 namespace m3::cli {
 

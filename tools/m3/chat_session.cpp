@@ -1,9 +1,9 @@
 #include "chat_session.h"
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "chat/output_parser.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/chat/output_parser.h"
+#include "m3/tokenizer.h"
 
 namespace m3::cli {
 
@@ -52,7 +52,7 @@ Prompt ChatSession::build_prompt(bool& opens_reasoning) const {
   opens_reasoning = rendered.opens_reasoning;
   M3_CHECK(rendered.media.size() == media_.size(), "chat: ", rendered.media.size(), " media parts but ",
            media_.size(), " images and videos");
-  const Tokenizer& tok = *engine_.tokenizer;
+  const Tokenizer& tok = engine_.tokenizer();
   const auto items = encoded_media();
   const std::string text = rendered.text();
   // The template only appends turns, so the text extends the last turn's conversation, whose
@@ -117,7 +117,7 @@ chat::ParsedMessage ChatSession::turn(const std::string& role, const std::string
     throw;
   }
 
-  const Tokenizer& tok = *engine_.tokenizer;
+  const Tokenizer& tok = engine_.tokenizer();
   GenerationConfig g;
   g.max_tokens = opt_.max_tokens;
   g.sampling = opt_.sampling;

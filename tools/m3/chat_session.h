@@ -10,12 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "base/dtype.h"
-#include "chat/chat_delta.h"
-#include "chat/thinking_budget.h"
-#include "runtime/engine.h"
-#include "runtime/multimodal_prompt.h"
-#include "runtime/session.h"
+#include "m3/chat/chat_delta.h"
+#include "m3/chat/thinking_budget.h"
+#include "m3/dtype.h"
+#include "m3/engine.h"
+#include "m3/media.h"
+#include "m3/prompt.h"
+#include "m3/session.h"
 
 namespace m3::cli {
 

@@ -4,14 +4,16 @@
 // sequence, so every depth is a prefix of the next: one cache is cut back and filled on from the
 // previous depth (cutting a cache is exact), instead of prefilling each depth from zero.
 #include <cstdio>
+#include <functional>
 #include <memory>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "bench_util.h"
 #include "cache_type.h"
 #include "commands.h"
-#include "runtime/engine.h"
-#include "runtime/prefill.h"
+#include "m3/batch.h"
+#include "m3/engine.h"
+#include "m3/prompt.h"
 
 namespace m3::cli {
 
@@ -74,58 +76,81 @@ void register_bench(CLI::App& app) {
     M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (bench attention, bench matmul)");
     const std::vector<long long> depths = parse_int_list(a->depths, "--depths");
     auto engine = Engine::load(a->model, a->threads);
-    TextModel& model = *engine->model;
-    const BenchClock clock{a->clock == "cpu", engine->pool->size()};
-    const int V = engine->tokenizer->vocab_size();
+    const int threads = engine->info().threads;
+    const BenchClock clock{a->clock == "cpu", threads};
+    const int V = engine->info().sample_vocab;
     auto token_at = [&](long long i) { return int32_t((i * 7919 + 13) % V); };  // arbitrary but fixed text
     if (!a->json) {
       std::printf("| model | threads | cache | test | depth | t/s |\n|---|---|---|---|---|---|\n");
     }
-    KvCacheShape cache_shape = model.cache_shape();
-    cache_shape.dtype = cache_type_of(a->cache_type);
-    KvCache cache(cache_shape);
-    int64_t filled = 0;  // cache positions [0, filled) hold the fill text
-    for (long long d : depths) {
-      std::vector<int32_t> fill, prompt(static_cast<size_t>(a->p));
-      filled = std::min<int64_t>(filled, d);
-      cache.truncate(filled);
-      for (long long i = filled; i < d; ++i) fill.push_back(token_at(i));
-      for (int i = 0; i < a->p; ++i) prompt[size_t(i)] = token_at(d + i);
-      std::vector<float> logits;
-      const double t0 = seconds_now();
-      if (!fill.empty()) {
-        prefill(model, cache, fill.data(), int64_t(fill.size()), a->chunk, LogitsFor::None, logits,
-                [&](int64_t done, int64_t total) {
-                  const double s = seconds_now() - t0;
-                  std::fprintf(stderr, "\rfilling depth %lld: %lld/%lld tokens, %.0f tok/s, ETA %.0f s   ", d,
-                               (long long)(filled + done), (long long)d, done / s,
-                               (total - done) / std::max(done / s, 1e-9));
-                });
-        std::fprintf(stderr, "\n");
+    // One sequence at a time; the prefix cache keeps the filled depth between runs (a run that
+    // starts with the same tokens reuses them, and ending it keeps only the depth).
+    BatchOptions bo;
+    bo.chunk = std::max(a->chunk, a->p);
+    bo.cache_type = cache_type_of(a->cache_type);
+    bo.prefix_cache_bytes = UINT64_MAX;
+    bo.prefix_cache_entries = 1;
+    Batch batch(*engine, bo);
+    // Prefills `prompt` (after what the prefix cache reuses) in steps of at most max_rows;
+    // on_step(done, total) after each.
+    auto run = [&](const Prompt& prompt, int max_rows, const std::function<void(int64_t, int64_t)>& on_step) {
+      SequenceOptions so;
+      so.max_rows = max_rows;
+      int64_t reused = 0;
+      const Batch::Id id = batch.add(prompt, &reused, so);
+      while (batch.prefilling(id)) {
+        const Batch::StepResult r = batch.step();
+        if (!r.failed.empty()) fail(r.error);
+        if (on_step) on_step(batch.prefilled(id), prompt.size() - reused);
       }
-      filled = d;
-      const Timing pp = time_runs(a->reps, 0, [&] {
-        cache.truncate(d);
-        prefill(model, cache, prompt.data(), a->p, a->p, LogitsFor::Last, logits);
-      }, clock);
+      return id;
+    };
+    auto keep_depth = [&](Batch::Id id, const Prompt& prompt, int64_t d) {
+      std::vector<int32_t> keys(prompt.keys().begin(), prompt.keys().begin() + d);
+      batch.finish(id, std::move(keys));
+    };
+    for (long long d : depths) {
+      Prompt fill, pp_prompt, tg_prompt;
+      std::vector<int32_t> ids;
+      for (long long i = 0; i < d; ++i) ids.push_back(token_at(i));
+      fill.append_tokens(ids);
+      for (int i = 0; i < a->p; ++i) ids.push_back(token_at(d + i));
+      pp_prompt.append_tokens(ids);
+      ids.resize(size_t(d));
+      ids.push_back(token_at(d));
+      tg_prompt.append_tokens(ids);
+      if (d > 0) {  // fill the cache to depth d (from the previous depth, which is a prefix of it)
+        const double t0 = seconds_now();
+        const Batch::Id id = run(fill, a->chunk, [&](int64_t done, int64_t total) {
+          const double s = seconds_now() - t0;
+          std::fprintf(stderr, "\rfilling depth %lld: %lld/%lld tokens, %.0f tok/s, ETA %.0f s   ", d,
+                       (long long)(d - total + done), (long long)d, done / s, (total - done) / std::max(done / s, 1e-9));
+        });
+        std::fprintf(stderr, "\n");
+        keep_depth(id, fill, d);
+      }
+      // pp: the p tokens after the depth in one forward pass; tg: n single-token steps after it
+      // (the first is the prompt's last token, prefilled alone).
+      const Timing pp = time_runs(a->reps, 0, [&] { keep_depth(run(pp_prompt, a->p, {}), pp_prompt, d); }, clock);
       const Timing tg = time_runs(a->reps, 0, [&] {
-        cache.truncate(d);
-        int32_t tok = token_at(d);
-        for (int i = 0; i < a->n; ++i) {
-          model.forward(cache, &tok, 1, LogitsFor::Last, logits);
-          tok = token_at(d + i + 1);
+        const Batch::Id id = run(tg_prompt, 1, {});
+        for (int i = 1; i < a->n; ++i) {
+          batch.feed(id, {token_at(d + i)});
+          const Batch::StepResult r = batch.step();
+          if (!r.failed.empty()) fail(r.error);
         }
+        keep_depth(id, tg_prompt, d);
       }, clock);
       const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
       const double pp_sd = pp_tps * pp.stddev / pp.mean, tg_sd = tg_tps * tg.stddev / tg.mean;
       if (a->json) {
         std::printf("{\"model\": \"%s\", \"threads\": %d, \"cache\": \"%s\", \"test\": \"pp%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
-                    a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
+                    a->model.c_str(), threads, a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
         std::printf("{\"model\": \"%s\", \"threads\": %d, \"cache\": \"%s\", \"test\": \"tg%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
-                    a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
+                    a->model.c_str(), threads, a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
       } else {
-        std::printf("| %s | %d | %s | pp%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
-        std::printf("| %s | %d | %s | tg%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), engine->pool->size(), a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
+        std::printf("| %s | %d | %s | pp%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), threads, a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
+        std::printf("| %s | %d | %s | tg%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), threads, a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
       }
       std::fflush(stdout);
     }

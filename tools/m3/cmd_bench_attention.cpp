@@ -9,7 +9,7 @@
 
 #include "attention/attention_kernels.h"
 #include "attention/msa_attention.h"
-#include "base/error.h"
+#include "m3/error.h"
 #include "base/machine_bounds.h"
 #include "bench_util.h"
 #include "cache_type.h"

@@ -4,11 +4,12 @@
 #include <cstdio>
 #include <memory>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "bench_util.h"
 #include "commands.h"
-#include "runtime/engine.h"
-#include "runtime/prefill.h"
+#include "m3/batch.h"
+#include "m3/engine.h"
+#include "m3/prompt.h"
 
 namespace m3::cli {
 
@@ -30,37 +31,48 @@ void register_bench_batch(CLI::App* bench) {
   cmd->callback([a] {
     std::vector<long long> batches = parse_int_list(a->batches, "--batches");
     auto engine = Engine::load(a->model, a->threads);
-    TextModel& model = *engine->model;
-    const int V = engine->tokenizer->vocab_size();
+    const int V = engine->info().sample_vocab;
     auto token_at = [&](long long seq, long long i) { return int32_t((i * 7919 + seq * 104729 + 13) % V); };
     std::printf("model %s, %d threads, depth %lld, %d decode steps per repetition\n\n", a->model.c_str(),
-                engine->pool->size(), a->depth, a->n);
+                engine->info().threads, a->depth, a->n);
     std::printf("| batch | ms per step | aggregate t/s | t/s per sequence | aggregate vs batch 1 |\n|---|---|---|---|---|\n");
     double base = 0;
     for (long long B : batches) {
       M3_CHECK(B >= 1, "--batches: sizes must be >= 1");
-      std::vector<std::unique_ptr<KvCache>> caches;
-      std::vector<float> scratch;
+      // B sequences, each at `depth` (kept in the prefix cache between repetitions); a repetition
+      // is n steps of one token per sequence, all in one forward pass per step (the first token of
+      // each is the last of its prompt).
+      BatchOptions bo;
+      bo.chunk = int(std::max<long long>(512, B));
+      bo.prefix_cache_bytes = UINT64_MAX;
+      Batch batch(*engine, bo);
+      std::vector<Prompt> prompts(static_cast<size_t>(B));
       for (long long s = 0; s < B; ++s) {
-        caches.push_back(std::make_unique<KvCache>(model.cache_shape()));
-        if (a->depth > 0) {
-          std::vector<int32_t> fill(static_cast<size_t>(a->depth));
-          for (long long i = 0; i < a->depth; ++i) fill[size_t(i)] = token_at(s, i);
-          prefill(model, *caches.back(), fill.data(), a->depth, 512, LogitsFor::None, scratch);
-        }
+        std::vector<int32_t> ids;
+        for (long long i = 0; i <= a->depth; ++i) ids.push_back(token_at(s, i));
+        prompts[size_t(s)].append_tokens(ids);
       }
-      std::vector<std::vector<float>> logits(static_cast<size_t>(B));
-      std::vector<int32_t> tok(static_cast<size_t>(B));
+      auto keep_depth = [&](Batch::Id id, const Prompt& p) {
+        batch.finish(id, std::vector<int32_t>(p.keys().begin(), p.keys().begin() + a->depth));
+      };
+      auto step = [&] {
+        const Batch::StepResult r = batch.step();
+        if (!r.failed.empty()) fail(r.error);
+      };
+      for (const Prompt& p : prompts) {  // fill each sequence's depth (not timed)
+        const Batch::Id id = batch.add(p);
+        while (batch.prefilling(id)) step();
+        keep_depth(id, p);
+      }
+      std::vector<Batch::Id> ids(static_cast<size_t>(B));
       const Timing t = time_runs(a->reps, 1, [&] {
-        for (auto& c : caches) c->truncate(a->depth);
-        for (int i = 0; i < a->n; ++i) {
-          std::vector<BatchInput> in;
-          for (long long s = 0; s < B; ++s) {
-            tok[size_t(s)] = token_at(s, a->depth + i);
-            in.push_back(BatchInput{caches[size_t(s)].get(), &tok[size_t(s)], nullptr, 1, LogitsFor::Last, &logits[size_t(s)]});
-          }
-          model.forward_batch(in);
+        for (long long s = 0; s < B; ++s) ids[size_t(s)] = batch.add(prompts[size_t(s)]);
+        step();  // each sequence's one prompt token left after its depth
+        for (int i = 1; i < a->n; ++i) {
+          for (long long s = 0; s < B; ++s) batch.feed(ids[size_t(s)], {token_at(s, a->depth + i)});
+          step();
         }
+        for (long long s = 0; s < B; ++s) keep_depth(ids[size_t(s)], prompts[size_t(s)]);
       });
       const double agg = double(B) * a->n / t.median;
       if (base == 0) base = agg / double(B) * 1.0;

@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "bench_util.h"
-#include "chat/json_prefix.h"
+#include "m3/chat/json_prefix.h"
 #include "commands.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 #include "tokenizer_path.h"
 
 namespace m3::cli {

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "base/cpu_features.h"
-#include "base/dtype.h"
-#include "base/error.h"
+#include "m3/dtype.h"
+#include "m3/error.h"
 #include "base/machine_bounds.h"
 #include "base/thread_pool.h"
 #include "bench_util.h"

@@ -14,7 +14,7 @@
 #include <memory>
 #include <random>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "base/machine_bounds.h"
 #include "bench_util.h"
 #include "commands.h"

@@ -9,9 +9,9 @@
 #include <iostream>
 #include <string>
 
-#include "base/error.h"
-#include "chat/chat_template.h"
-#include "chat/thinking_budget.h"
+#include "m3/error.h"
+#include "m3/chat/chat_template.h"
+#include "m3/chat/thinking_budget.h"
 #include "cache_type.h"
 #include "chat_session.h"
 #include "commands.h"

@@ -4,14 +4,15 @@
 #include <chrono>
 #include <cstdio>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "cache_type.h"
 #include "commands.h"
 #include "sampling_options.h"
 #include "read_ids.h"
-#include "runtime/engine.h"
-#include "runtime/session.h"
-#include "runtime/multimodal_prompt.h"
+#include "m3/engine.h"
+#include "m3/prompt.h"
+#include "m3/session.h"
+#include "m3/tokenizer.h"
 
 namespace m3::cli {
 
@@ -52,14 +53,14 @@ void register_generate(CLI::App& app) {
       mo.video.fps = a->video_fps;
       prompt = build_multimodal_prompt(*engine, text, a->images, a->videos, mo).prompt;
     } else {
-      prompt.append_tokens(engine->tokenizer->encode(text, a->special));
+      prompt.append_tokens(engine->tokenizer().encode(text, a->special));
     }
     M3_CHECK(!prompt.empty(), "the prompt is empty");
 
     GenerationConfig g;
     g.max_tokens = a->n;
     g.sampling = a->s;
-    g.sample_vocab = engine->tokenizer->vocab_size();
+    g.sample_vocab = engine->tokenizer().vocab_size();
     g.stop_at_end_of_turn = !a->ignore_eos;
 
     // Long prefills report progress on stderr: tokens done, tokens/s, ETA.
@@ -90,7 +91,7 @@ void register_generate(CLI::App& app) {
                  "prompt %lld tokens: prefill %.2f s, %.1f tok/s | generated %lld tokens: decode %.1f tok/s | "
                  "threads %d | KV cache %.1f MiB %s%s\n",
                  (long long)stats.prompt_tokens, stats.prefill_seconds, stats.prefill_tokens_per_second(),
-                 (long long)stats.generated_tokens, stats.decode_tokens_per_second(), engine->pool->size(),
+                 (long long)stats.generated_tokens, stats.decode_tokens_per_second(), engine->info().threads,
                  session.cache_bytes() / 1048576.0, cache_type_name(session.cache_type()),
                  stats.finish == FinishReason::EndOfTurn ? " | stopped at end-of-turn" : "");
   });

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "commands.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"

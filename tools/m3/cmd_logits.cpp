@@ -7,14 +7,15 @@
 #include <cstdio>
 #include <fstream>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "cache_type.h"
 #include "commands.h"
-#include "io/npy.h"
+#include "m3/npy.h"
+#include "m3/batch.h"
+#include "m3/engine.h"
+#include "m3/prompt.h"
+#include "m3/tokenizer.h"
 #include "read_ids.h"
-#include "runtime/engine.h"
-#include "runtime/prefill.h"
-#include "runtime/multimodal_prompt.h"
 
 namespace m3::cli {
 
@@ -50,31 +51,29 @@ void register_logits(CLI::App& app) {
   cmd->add_option("--tokens-out", a->tokens_out, "Write the token ids that were run (comma-separated)");
   cmd->callback([a] {
     auto engine = Engine::load(a->model, a->threads);
-    std::vector<int32_t> ids;
-    // Input embeddings (T, hidden) when images are given; else the model embeds the ids itself.
-    std::vector<float> x;
-    const int64_t H = engine->config.text.hidden_size;
+    Prompt prompt;
     if (!a->images.empty() || !a->videos.empty()) {
-      M3_CHECK(engine->config.vision.has_value(), a->model,
+      M3_CHECK(engine->info().has_vision, a->model,
                ": --image/--video need a checkpoint with a vision tower, but config.json has no vision_config");
       M3_CHECK(a->tokens.empty() && a->tokens_file.empty(), "--image/--video need --text (not --tokens/--tokens-file)");
       MultimodalOptions mo;
       mo.rope = a->vision_rope == "neox" ? vision::VisionRopeVariant::NeoxPadded : vision::VisionRopeVariant::InterleavedHf;
       mo.video.fps = a->video_fps;
       MultimodalPrompt mm = build_multimodal_prompt(*engine, a->text, a->images, a->videos, mo);
-      ids = mm.prompt.ids();
-      x = mm.prompt.input_rows(*engine->model);
+      prompt = std::move(mm.prompt);
       if (!a->vision_out.empty()) {
         std::vector<float> all;
         for (const auto& e : mm.items) all.insert(all.end(), e->features.begin(), e->features.end());
+        const int64_t H = engine->info().hidden_size;
         write_npy_f32(a->vision_out, all.data(), {int64_t(all.size()) / H, H});
       }
     } else {
       M3_CHECK(a->vision_out.empty(), "--vision-out needs --image or --video");
-      if (!a->tokens.empty()) ids = parse_ids(a->tokens, "--tokens");
-      else if (!a->tokens_file.empty()) ids = read_ids_file(a->tokens_file);
-      else ids = engine->tokenizer->encode(a->text);
+      if (!a->tokens.empty()) prompt.append_tokens(parse_ids(a->tokens, "--tokens"));
+      else if (!a->tokens_file.empty()) prompt.append_tokens(read_ids_file(a->tokens_file));
+      else prompt.append_tokens(engine->tokenizer().encode(a->text));
     }
+    const std::vector<int32_t>& ids = prompt.ids();
     M3_CHECK(!ids.empty(), "no tokens to run");
     if (!a->tokens_out.empty()) {
       std::ofstream f(a->tokens_out);
@@ -82,31 +81,27 @@ void register_logits(CLI::App& app) {
       f << "\n";
       M3_CHECK(f.good(), a->tokens_out, ": write failed");
     }
-    const int64_t T = int64_t(ids.size()), V = engine->model->vocab_size();
+    const int64_t T = prompt.size(), V = engine->info().vocab_size;
     const int64_t K = a->decode_from < 0 ? T : std::min<int64_t>(a->decode_from, T);
     const int chunk = a->chunk > 0 ? a->chunk : int(std::max<int64_t>(K, 1));
 
-    KvCacheShape cache_shape = engine->model->cache_shape();
-    cache_shape.dtype = cache_type_of(a->cache_type);
-    KvCache cache(cache_shape);
-    std::vector<float> all(size_t(T * V)), part;
-    if (!x.empty()) {
-      // Same schedule from embeddings: chunks of `chunk` rows up to K, then one row at a time.
-      for (int64_t i = 0; i < T;) {
-        const int64_t m = i < K ? std::min<int64_t>(chunk, K - i) : 1;
-        engine->model->forward_embeddings(cache, x.data() + i * H, m, LogitsFor::All, part);
-        std::copy(part.begin(), part.end(), all.begin() + i * V);
-        i += m;
-      }
-    } else {
-      if (K > 0) {
-        prefill(*engine->model, cache, ids.data(), K, chunk, LogitsFor::All, part);
-        std::copy(part.begin(), part.end(), all.begin());
-      }
-      for (int64_t i = K; i < T; ++i) {
-        engine->model->forward(cache, ids.data() + i, 1, LogitsFor::Last, part);
-        std::copy(part.begin(), part.end(), all.begin() + i * V);
-      }
+    // The whole prompt is one sequence: chunks of `chunk` rows up to K, then one row per step, every
+    // row's logits kept.
+    BatchOptions bo;
+    bo.chunk = int(std::max<int64_t>(T, 1));
+    bo.cache_type = cache_type_of(a->cache_type);
+    Batch batch(*engine, bo);
+    SequenceOptions so;
+    so.all_logits = true;
+    const Batch::Id id = batch.add(prompt, nullptr, so);
+    std::vector<float> all(size_t(T * V));
+    for (int64_t i = 0; i < T;) {
+      batch.set_max_rows(id, int(i < K ? std::min<int64_t>(chunk, K - i) : 1));
+      const Batch::StepResult r = batch.step();
+      if (!r.failed.empty()) fail(r.error);
+      const int64_t rows = batch.all_logits_rows(id);
+      std::copy(batch.all_logits(id), batch.all_logits(id) + rows * V, all.begin() + i * V);
+      i += rows;
     }
     write_npy_f32(a->out, all.data(), {T, V});
     std::fprintf(stderr, "wrote %s [%lld, %lld]\n", a->out.c_str(), (long long)T, (long long)V);

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "commands.h"
-#include "io/npy.h"
+#include "m3/npy.h"
 #include "vision/image_decode.h"
 #include "vision/preprocess.h"
 #include "vision/resize.h"

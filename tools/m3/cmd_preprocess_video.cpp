@@ -9,9 +9,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "commands.h"
-#include "io/npy.h"
+#include "m3/npy.h"
 #include "vision/video_preprocess.h"
 
 namespace m3::cli {

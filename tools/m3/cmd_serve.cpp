@@ -1,8 +1,8 @@
 // m3 serve: an OpenAI-compatible HTTP server (docs/SERVER.md).
-#include "base/error.h"
+#include "m3/error.h"
 #include "cache_type.h"
 #include "commands.h"
-#include "chat/json_depth.h"
+#include "m3/chat/json_depth.h"
 #include "server/http_server.h"
 
 namespace m3::cli {

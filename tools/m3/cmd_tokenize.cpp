@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "commands.h"
 #include "tokenizer_path.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/tokenizer.h"
 
 namespace m3::cli {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "commands.h"
 #include "vision/video_sampling.h"
 

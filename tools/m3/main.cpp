@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "base/error.h"
+#include "m3/error.h"
 #include "commands.h"
 
 int main(int argc, char** argv) {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "base/error.h"
+#include "m3/error.h"
 
 namespace m3::cli {
 

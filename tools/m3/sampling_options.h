@@ -3,7 +3,7 @@
 // `m3 generate` and `m3 chat`.
 #include <CLI/CLI.hpp>
 
-#include "runtime/sampler.h"
+#include "m3/sampling.h"
 
 namespace m3::cli {
 

@@ -17,8 +17,8 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/chat_delta.h"
-#include "chat/tool_arguments.h"
+#include "m3/chat/chat_delta.h"
+#include "m3/chat/tool_arguments.h"
 
 namespace m3::chat {
 

@@ -1,21 +1,21 @@
 #pragma once
-// One conversation (or one prompt) on one KV cache: the serial driver of the runtime's decode loop
-// (TokenGenerator) for `m3 generate` and `m3 chat`. Each call reuses the longest prefix the cache
-// shares with the new prompt (keys compared, media rows included: runtime/prompt.h), prefills the
-// rest in chunks (media rows as input rows), then decodes until the generator stops or a callback
-// says so. What the cache holds afterwards is kept for the next call. The server drives the same
-// TokenGenerator from its batching scheduler instead.
+// One conversation (or one prompt) on one KV cache: the decode loop (TokenGenerator, m3/generation.h)
+// over a Batch of one sequence (m3/batch.h), for `m3 generate` and `m3 chat`. Each call reuses the
+// longest prefix the cache shares with the new prompt (keys compared, media rows included:
+// m3/prompt.h), prefills the rest in chunks (media rows as input rows), then decodes until the
+// generator stops or a callback says so. What the cache holds afterwards is kept for the next call.
+// The server runs the same two pieces with many sequences per batch.
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
 
-#include "base/dtype.h"
-#include "runtime/engine.h"
-#include "runtime/prefix_cache.h"
-#include "runtime/prompt.h"
-#include "runtime/token_generator.h"
+#include "m3/batch.h"
+#include "m3/dtype.h"
+#include "m3/engine.h"
+#include "m3/generation.h"
+#include "m3/prompt.h"
 
 namespace m3 {
 
@@ -56,14 +56,18 @@ class Session {
   // Throws what the model throws; the cache is then dropped and the next call starts from nothing.
   SessionStats generate(const Prompt& prompt, const GenerationConfig& config, const SessionCallbacks& callbacks);
 
-  int64_t cached_tokens() const;      // positions the kept cache holds
-  uint64_t cache_bytes() const { return cache_.bytes(); }
+  int64_t cached_tokens() const { return cached_; }  // positions the kept cache holds
+  uint64_t cache_bytes() const { return batch_.prefix_cache_bytes(); }
   DType cache_type() const { return opt_.cache_type; }
 
  private:
+  SessionStats run(Batch::Id id, const Prompt& prompt, const GenerationConfig& config, const SessionCallbacks& cb,
+                   SessionStats& stats);
+
   Engine& engine_;
   SessionOptions opt_;
-  PrefixCache cache_;  // one entry: the sequence of the last call
+  Batch batch_;  // one sequence at a time; its prefix cache keeps the last one
+  int64_t cached_ = 0;
 };
 
 }  // namespace m3

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/m3_format.h"
+#include "m3/chat/m3_format.h"
 
 namespace m3::chat {
 

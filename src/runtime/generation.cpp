@@ -1,9 +1,11 @@
-#include "runtime/token_generator.h"
+#include "m3/generation.h"
 
 #include <cmath>
 
-#include "base/error.h"
-#include "chat/m3_format.h"
+#include "m3/error.h"
+#include "runtime/sampler.h"
+#include "runtime/stop_strings.h"
+#include "m3/chat/m3_format.h"
 
 namespace m3 {
 
@@ -13,10 +15,10 @@ TokenGenerator::TokenGenerator(const Tokenizer& tokenizer, GenerationConfig conf
       vocab_(cfg_.sample_vocab > 0 ? cfg_.sample_vocab : tokenizer.vocab_size()),
       end_of_turn_(tokenizer.token_id(chat::kTurnEnd).value_or(-1)),
       output_start_(prompt.size()),
-      sampler_(cfg_.sampling),
+      sampler_(std::make_unique<Sampler>(cfg_.sampling)),
       history_(std::move(prompt)),
       decoder_(tokenizer),
-      stops_(cfg_.stop) {
+      stops_(std::make_unique<StopStringFilter>(cfg_.stop)) {
   M3_CHECK(cfg_.max_tokens >= 0, "max_tokens must be >= 0, got ", cfg_.max_tokens);
   if (cfg_.reasoning) {
     budget_.emplace(chat::ThinkingMarkers::from_tokenizer(tokenizer), cfg_.reasoning->max_tokens,
@@ -31,6 +33,8 @@ TokenGenerator::TokenGenerator(const Tokenizer& tokenizer, GenerationConfig conf
         token_text_[size_t(t)] = tokenizer.token_bytes(t);
   }
 }
+
+TokenGenerator::~TokenGenerator() = default;
 
 bool TokenGenerator::step(const float* logits, std::vector<TokenEvent>& events, std::vector<int32_t>& feed) {
   feed.clear();
@@ -75,9 +79,9 @@ bool TokenGenerator::accept(int32_t id, bool sampled, std::vector<TokenEvent>& e
     reason_ = FinishReason::EndOfTurn;
     return false;
   }
-  ev.text = stops_.push(decoder_.push(id));
+  ev.text = stops_->push(decoder_.push(id));
   events.push_back(std::move(ev));
-  if (stops_.stopped()) {
+  if (stops_->stopped()) {
     reason_ = FinishReason::StopString;
     return false;
   }
@@ -85,30 +89,30 @@ bool TokenGenerator::accept(int32_t id, bool sampled, std::vector<TokenEvent>& e
 }
 
 std::string TokenGenerator::finish() {
-  if (stops_.stopped()) return "";
-  std::string text = stops_.push(decoder_.flush());
-  if (stops_.stopped()) {
+  if (stops_->stopped()) return "";
+  std::string text = stops_->push(decoder_.flush());
+  if (stops_->stopped()) {
     reason_ = FinishReason::StopString;
     return text;
   }
-  return text + stops_.finish();
+  return text + stops_->finish();
 }
 
 int32_t TokenGenerator::sample(const float* logits) {
   using Phase = chat::ThinkingBudget::Phase;
   const Phase phase = budget_ ? budget_->phase() : Phase::Answer;
-  if (!json_) return sampler_.sample(logits, vocab_, history_, output_start_);
+  if (!json_) return sampler_->sample(logits, vocab_, history_, output_start_);
   masked_.assign(logits, logits + vocab_);
   if (phase == Phase::Thinking) {  // the thought is free, but the turn may not end inside it
     if (end_of_turn_ >= 0 && end_of_turn_ < vocab_) masked_[size_t(end_of_turn_)] = -INFINITY;
-    return sampler_.sample(masked_.data(), vocab_, history_, output_start_);
+    return sampler_->sample(masked_.data(), vocab_, history_, output_start_);
   }
   // Tokens that continue the JSON text (special tokens never do); before anything is generated,
   // with adaptive thinking, the model may still open a thought instead.
   const bool may_open = cfg_.reasoning && cfg_.reasoning->may_open;
   const int32_t think_open = phase == Phase::Start && may_open ? tok_.token_id(chat::kThinkOpen).value_or(-1) : -1;
   chat::mask_json_tokens(*json_, token_text_, masked_.data(), think_open);
-  const int32_t id = sampler_.sample(masked_.data(), vocab_, history_, output_start_);
+  const int32_t id = sampler_->sample(masked_.data(), vocab_, history_, output_start_);
   if (id != think_open) json_->feed(token_text_[size_t(id)]);
   return id;
 }

@@ -12,10 +12,10 @@
 #include <string_view>
 #include <vector>
 
-#include "chat/chat_delta.h"
-#include "chat/reasoning_parser.h"
-#include "chat/tool_call_parser.h"
-#include "chat/utf8_stream.h"
+#include "m3/chat/chat_delta.h"
+#include "m3/chat/reasoning_parser.h"
+#include "m3/chat/tool_call_parser.h"
+#include "m3/chat/utf8_stream.h"
 
 namespace m3::chat {
 

@@ -4,21 +4,17 @@
 // into a prompt: `m3 generate`, `m3 logits`, `m3 chat` and the server all build a Prompt and take
 // its input rows from here.
 #include <cstdint>
+#include <string>
 #include <memory>
 #include <vector>
 
-#include "model/text_model.h"
-#include "tokenizer/tokenizer.h"
-#include "vision/media_prompt.h"
+#include "m3/media.h"
+#include "m3/tokenizer.h"
 
 namespace m3 {
 
-// One image or video through the vision tower: its token layout (per-group timestamp text for a
-// video) and merged features (layout tokens in all groups, hidden).
-struct EncodedMedia {
-  vision::MediaLayout layout;
-  std::vector<float> features;
-};
+class Engine;
+class TextModel;
 
 class Prompt {
  public:
@@ -48,6 +44,7 @@ class Prompt {
   // media rows in place.
   void input_rows(const TextModel& model, int64_t from, int64_t n, float* out) const;
   std::vector<float> input_rows(const TextModel& model) const;  // all of them
+  std::vector<float> input_rows(const Engine& engine) const;
 
  private:
   struct Run {  // consecutive media rows of one item (an image, or one group of a video)
@@ -59,5 +56,22 @@ class Prompt {
   std::vector<Run> runs_;  // by position
   size_t items_ = 0;
 };
+
+// A prompt built from text and media in one go (`m3 generate`, `m3 logits`).
+struct MultimodalPrompt {
+  Prompt prompt;  // the expanded token stream with its media rows
+  std::vector<std::shared_ptr<const EncodedMedia>> items;  // images and videos in stream order
+};
+
+// Parts in prompt order, each item encoded. Throws m3::Error naming the file or the field when the
+// checkpoint has no vision tower or an item cannot be read.
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::vector<PromptPart>& parts,
+                                         const MultimodalOptions& options = {});
+// Text with `]<]image[>[` / `]<]video[>[` placeholders: the i-th image placeholder is the i-th
+// image, the j-th video placeholder the j-th video; a kind without placeholders goes after the text.
+MultimodalPrompt build_multimodal_prompt(const Engine& engine, const std::string& text,
+                                         const std::vector<std::string>& image_paths,
+                                         const std::vector<std::string>& video_paths,
+                                         const MultimodalOptions& options = {});
 
 }  // namespace m3

@@ -5,19 +5,22 @@
 // JSON object prefix), the end-of-turn token, stop strings, max_tokens, and the text of the
 // output (UTF-8 whole, stop strings cut). It never touches the model or a cache: `Session` drives it
 // for `m3 generate` and `m3 chat` (one sequence, prefix reuse), the server's scheduler for many
-// sequences batched into one forward pass per step.
+// sequences (m3/batch.h) batched into one forward pass per step.
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "chat/json_prefix.h"
-#include "chat/thinking_budget.h"
-#include "runtime/sampler.h"
-#include "runtime/stop_strings.h"
-#include "tokenizer/tokenizer.h"
+#include "m3/chat/json_prefix.h"
+#include "m3/chat/thinking_budget.h"
+#include "m3/sampling.h"
+#include "m3/tokenizer.h"
 
 namespace m3 {
+
+class Sampler;
+class StopStringFilter;
 
 // Chat replies: reasoning between `<mm:think>` and `</mm:think>` is counted and may be capped.
 struct ReasoningOptions {
@@ -58,6 +61,9 @@ class TokenGenerator {
  public:
   // prompt: the ids before the first generated token (the repetition penalty's history).
   TokenGenerator(const Tokenizer& tokenizer, GenerationConfig config, std::vector<int32_t> prompt);
+  ~TokenGenerator();
+  TokenGenerator(const TokenGenerator&) = delete;
+  TokenGenerator& operator=(const TokenGenerator&) = delete;
 
   // `logits` (the model's vocabulary) are those of the last token fed: the prompt's, then the last
   // step's feed. Appends the step's tokens to `events` (the sampled one, then any the thinking
@@ -85,12 +91,12 @@ class TokenGenerator {
   const int vocab_;
   const int32_t end_of_turn_;
   const size_t output_start_;
-  Sampler sampler_;
+  std::unique_ptr<Sampler> sampler_;
   std::vector<int32_t> history_;  // prompt + generated
   std::vector<int32_t> generated_;
   std::vector<int32_t> pending_forced_;  // the budget's begin(): forced before anything is sampled
   StreamingDecoder decoder_;
-  StopStringFilter stops_;
+  std::unique_ptr<StopStringFilter> stops_;
   std::optional<chat::ThinkingBudget> budget_;
   std::optional<chat::JsonPrefix> json_;
   std::vector<std::string> token_text_;  // json_: the bytes of every sampleable token

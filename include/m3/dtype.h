@@ -36,6 +36,10 @@ inline uint16_t f32_to_bf16(float f) {
 
 inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
+// The KV cache element types and their --cache-type spellings: "f32", "bf16".
+std::optional<DType> parse_cache_type(std::string_view name);
+const char* cache_type_name(DType t);
+
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 // OCP FP8 E4M3 (float8_e4m3fn): no infinities, 0x7f/0xff are NaN, max 448.

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "chat/chat_delta.h"
+#include "m3/chat/chat_delta.h"
 
 namespace m3::chat {
 
