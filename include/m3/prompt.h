@@ -4,8 +4,8 @@
 // into a prompt: `m3 generate`, `m3 logits`, `m3 chat` and the server all build a Prompt and take
 // its input rows from here.
 #include <cstdint>
-#include <string>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "m3/media.h"
@@ -21,8 +21,8 @@ class Prompt {
   // Plain tokens (no media rows); their keys are the ids.
   void append_tokens(const int32_t* ids, size_t n);
   void append_tokens(const std::vector<int32_t>& ids) { append_tokens(ids.data(), ids.size()); }
-  // One item's tokens (vision/media_prompt.h append_media_tokens); its placeholder rows take the
-  // item's features. Their keys are negative values derived from the features, so two prompts share
+  // One item's tokens (spec §5.3: per group its prefix text, start, the placeholders, end); its
+  // placeholder rows take the item's features. Their keys are negative values derived from the features, so two prompts share
   // a key there exactly when they feed the same rows (token ids are >= 0).
   void append_media(const Tokenizer& tok, std::shared_ptr<const EncodedMedia> item);
   // `ids` with one `]<]image[>[` or `]<]video[>[` token per item (what the chat template writes),
@@ -41,7 +41,7 @@ class Prompt {
   size_t media_items() const { return items_; }
 
   // Input rows of positions [from, from + n) into out (n, hidden): token embeddings, with the
-  // media rows in place.
+  // media rows in place. (TextModel is the engine's: Engine::model().)
   void input_rows(const TextModel& model, int64_t from, int64_t n, float* out) const;
   std::vector<float> input_rows(const TextModel& model) const;  // all of them
   std::vector<float> input_rows(const Engine& engine) const;
