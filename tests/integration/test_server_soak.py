@@ -503,11 +503,15 @@ def main():
         check(all(counts[k] > 0 for k in KINDS), "every kind of request and hang-up happened at least once")
         print(f"# {completed} requests read to their end, {hangups} hang-ups")
 
-        # The engine retires a cancelled sequence after its current step; give it a bounded while.
-        m = {}
+        # The engine retires a cancelled sequence after its current step, and a request whose client
+        # left while it was being parsed may still be submitted: wait (boundedly) for idle gauges
+        # that stay idle for half a second.
+        m, idle_polls = {}, 0
         for _ in range(300):
             m = server_client.get_metrics(HOST, port)
-            if m.get("m3_requests_running", -1) == 0 and m.get("m3_queue_length", -1) == 0:
+            idle = m.get("m3_requests_running", -1) == 0 and m.get("m3_queue_length", -1) == 0
+            idle_polls = idle_polls + 1 if idle else 0
+            if idle_polls >= 5:
                 break
             time.sleep(0.1)
         check(m.get("m3_requests_running", -1) == 0 and m.get("m3_queue_length", -1) == 0,
