@@ -3,8 +3,6 @@
 // tell items apart by their features.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "tiny_model.h"
 
 #include "m3/error.h"
@@ -20,30 +18,19 @@ using m3::vision::MediaKind;
 
 std::shared_ptr<const EncodedMedia> item(MediaKind kind, int64_t per_group, std::vector<std::string> groups, int64_t H,
                                          uint32_t seed) {
-  auto e = std::make_shared<EncodedMedia>();
-  e->layout.kind = kind;
-  e->layout.tokens_per_group = per_group;
-  e->layout.group_prefix = std::move(groups);
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> d;
-  e->features.resize(size_t(per_group * int64_t(e->layout.group_prefix.size()) * H));
-  for (float& v : e->features) v = d(rng);
-  return e;
+  return m3::test::random_media(kind, per_group, std::move(groups), H, seed);
 }
 
-class PromptTest : public testing::Test {
+class PromptTest : public m3::test::TinyModelSuite<PromptTest> {
+ public:
+  static constexpr const char* kName = "prompt";
+  static constexpr uint64_t kSeed = 7;
+
  protected:
-  static void SetUpTestSuite() { tiny_ = new m3::test::TinyModel("prompt", 7); }
-  static void TearDownTestSuite() {
-    delete tiny_;
-    tiny_ = nullptr;
-  }
-  const m3::Tokenizer& tok() const { return tiny_->engine->tokenizer(); }
-  const m3::TextModel& model() const { return tiny_->engine->model(); }
+  const m3::Tokenizer& tok() const { return engine().tokenizer(); }
+  const m3::TextModel& model() const { return engine().model(); }
   int64_t H() const { return model().config().hidden_size; }
-  static m3::test::TinyModel* tiny_;
 };
-m3::test::TinyModel* PromptTest::tiny_ = nullptr;
 
 TEST_F(PromptTest, PlaceholdersExpandAndTheirRowsTakeTheFeatures) {
   const int32_t image = tok().require_token(m3::vision::kImagePlaceholder);

@@ -3,8 +3,6 @@
 // as input rows whatever the chunking, and a forward that throws leaves the next call a clean start.
 #include <gtest/gtest.h>
 
-#include <random>
-
 #include "tiny_model.h"
 
 #include "m3/session.h"
@@ -17,14 +15,12 @@ using m3::Session;
 using m3::SessionOptions;
 using m3::SessionStats;
 
-class SessionTest : public testing::Test {
+class SessionTest : public m3::test::TinyModelSuite<SessionTest> {
+ public:
+  static constexpr const char* kName = "session";
+  static constexpr uint64_t kSeed = 9;
+
  protected:
-  static void SetUpTestSuite() { tiny_ = new m3::test::TinyModel("session", 9); }
-  static void TearDownTestSuite() {
-    delete tiny_;
-    tiny_ = nullptr;
-  }
-  m3::Engine& engine() { return *tiny_->engine; }
   int vocab() { return engine().tokenizer().vocab_size(); }
   Prompt tokens(int n, int salt) {
     Prompt p;
@@ -40,9 +36,7 @@ class SessionTest : public testing::Test {
     g.stop_at_end_of_turn = false;
     return g;
   }
-  static m3::test::TinyModel* tiny_;
 };
-m3::test::TinyModel* SessionTest::tiny_ = nullptr;
 
 TEST_F(SessionTest, ReuseGivesTheTokensOfAColdSession) {
   const int B = engine().model().cache_shape().block_size;
@@ -114,14 +108,7 @@ TEST_F(SessionTest, StoppingAfterATokenKeepsWhatWasFed) {
 
 TEST_F(SessionTest, MediaRowsGoInAsInputRowsWhateverTheChunking) {
   const int64_t H = engine().model().config().hidden_size;
-  auto img = std::make_shared<m3::EncodedMedia>();
-  img->layout.kind = m3::vision::MediaKind::Image;
-  img->layout.tokens_per_group = 5;
-  img->layout.group_prefix = {""};
-  std::mt19937 rng(3);
-  std::normal_distribution<float> d;
-  img->features.resize(size_t(5 * H));
-  for (float& v : img->features) v = d(rng);
+  const auto img = m3::test::random_media(m3::vision::MediaKind::Image, 5, {""}, H, 3);
   Prompt p = tokens(9, 6);
   p.append_media(engine().tokenizer(), img);
   p.append_tokens(tokens(4, 7).ids());

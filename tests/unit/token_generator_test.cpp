@@ -16,17 +16,16 @@ using m3::GenerationConfig;
 using m3::TokenEvent;
 using m3::TokenGenerator;
 
-class TokenGeneratorTest : public testing::Test {
+class TokenGeneratorTest : public m3::test::TinyModelSuite<TokenGeneratorTest> {
+ public:
+  static constexpr const char* kName = "token_generator";
+  static constexpr uint64_t kSeed = 5;
+
  protected:
-  static void SetUpTestSuite() { tiny_ = new m3::test::TinyModel("token_generator", 5); }
-  static void TearDownTestSuite() {
-    delete tiny_;
-    tiny_ = nullptr;
-  }
-  const m3::Tokenizer& tok() const { return tiny_->engine->tokenizer(); }
+  const m3::Tokenizer& tok() const { return engine().tokenizer(); }
   int vocab() const { return tok().vocab_size(); }
   std::vector<float> pick(int32_t id, float value = 10.0f) const {
-    std::vector<float> l(size_t(tiny_->engine->model().vocab_size()), 0.0f);
+    std::vector<float> l(size_t(engine().model().vocab_size()), 0.0f);
     l[size_t(id)] = value;
     return l;
   }
@@ -53,9 +52,7 @@ class TokenGeneratorTest : public testing::Test {
     if (steps) *steps = n;
     return text + gen.finish();
   }
-  static m3::test::TinyModel* tiny_;
 };
-m3::test::TinyModel* TokenGeneratorTest::tiny_ = nullptr;
 
 TEST_F(TokenGeneratorTest, TextIsTheDecodedTokens) {
   const std::vector<int32_t> ids = tok().encode("hello world, again");
