@@ -19,8 +19,6 @@ uint64_t PrefixCache::bytes() const {
   return b;
 }
 
-int64_t PrefixCache::latest_tokens() const { return entries_.empty() ? 0 : entries_.front().cache->length(); }
-
 PrefixCache::Lease PrefixCache::acquire(const std::vector<int32_t>& prompt) {
   const int64_t B = shape_.block_size;
   const int64_t limit = std::max<int64_t>(0, int64_t(prompt.size()) - 1);

@@ -38,11 +38,9 @@ class PrefixCache {
   void release(std::unique_ptr<KvCache> cache, std::vector<int32_t> tokens);
 
   size_t entries() const { return entries_.size(); }
-  int64_t latest_tokens() const;  // positions held by the most recently used entry (0: none)
   void clear() { entries_.clear(); }
   uint64_t bytes() const;
   uint64_t budget_bytes() const { return budget_; }
-  const KvCacheShape& shape() const { return shape_; }
 
  private:
   struct Entry {
