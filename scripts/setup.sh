@@ -8,6 +8,7 @@ packages=(
   nlohmann-json3-dev                          # config.json, tokenizer.json, safetensors headers
   libpcre2-dev                                # tokenizer split regex with Unicode classes
   libcli11-dev                                # the m3 command line
+  libhwy-dev                                  # Google Highway: SIMD kernels for AVX2, AVX-512, NEON, SVE
   python3 python3-numpy                       # float64 reference (tests/reference)
   libstb-dev libjpeg62-turbo-dev python3-pil  # image decoding (stb_image, libjpeg-turbo as Pillow), image tests
   libboost-dev zlib1g-dev                     # HTTP server of m3 serve (Boost.Beast), gzip request bodies

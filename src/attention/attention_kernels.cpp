@@ -94,14 +94,26 @@ constexpr AttentionKernels kGeneric{"generic",
                                     &pv_entry<float>,
                                     &pv_entry<uint16_t>};
 
+const PathTables<AttentionKernels>& tables() {
+  static const PathTables<AttentionKernels> t{&kGeneric, simd_attention_kernels(CpuPath::Avx2),
+                                              simd_attention_kernels(CpuPath::Avx512), simd_attention_kernels(CpuPath::Neon),
+                                              simd_attention_kernels(CpuPath::Sve)};
+  return t;
+}
+
 const AttentionKernels& active() {
-  static const PathTables<AttentionKernels> tables{&kGeneric, nullptr, avx512_attention_kernels()};
-  return tables.active();
+  static const AttentionKernels& a = tables().active();
+  return a;
 }
 
 }  // namespace
 
 const AttentionKernels& generic_attention_kernels() { return kGeneric; }
+
+const AttentionKernels& attention_kernels_for(CpuPath path) {
+  M3_CHECK(cpu_path_supported(path), "attention: this CPU cannot run the ", cpu_path_name(path), " kernels");
+  return tables().at(path);
+}
 
 const char* attention_kernel_name() { return active().name; }
 

@@ -1,8 +1,9 @@
 #pragma once
 // The inner loops of MSA and dense attention over one KV block, with K stored transposed per block
-// ([dim][block_size], so a vector holds one dimension of 16 consecutive keys) and V natural
-// ([block_size][head_dim]). Each op has an AVX-512 path (dims multiple of 16) chosen at run time
-// and a plain path; tests compare both against naive formulas. The K and V arguments come in two
+// ([dim][block_size], so a vector holds one dimension of consecutive keys) and V natural
+// ([block_size][head_dim]). Each op has SIMD paths (avx2, avx512, neon, sve: one Highway source,
+// any head size, the same bits on all of them) chosen at run time and a plain path; tests compare
+// every path the machine runs against naive formulas. The K and V arguments come in two
 // element types: fp32, or bf16 (uint16_t bit patterns, a bf16 KV cache) widened exactly to fp32 on
 // load; all arithmetic is fp32 either way, so a bf16 block gives the bits of its widened fp32 copy.
 #include <cstddef>
@@ -37,7 +38,8 @@ void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
                    const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
-// Which implementation runs ("avx512" or "generic"); M3_CPU=generic forces the plain path.
+// Which implementation runs ("avx512", "avx2", "sve", "neon" or "generic"); M3_CPU=generic forces the
+// plain path.
 const char* attention_kernel_name();
 
 }  // namespace m3

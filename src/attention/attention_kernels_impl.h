@@ -1,10 +1,12 @@
 #pragma once
 // The attention kernels as a table per CPU path (base/cpu_dispatch.h): attention_kernels.cpp holds
-// the generic table and picks the active one; attention_kernels_avx512.cpp, compiled for AVX-512,
-// provides its own (nullptr when the build has no x86 code). uint16_t K/V: bf16 bit patterns,
+// the generic table (plain C++, the reference) and picks the active one; attention_kernels_simd.cpp
+// provides avx2, avx512, neon and sve from one Highway source. uint16_t K/V: bf16 bit patterns,
 // widened to fp32 on load.
 #include <cstddef>
 #include <cstdint>
+
+#include "base/cpu_features.h"
 
 namespace m3 {
 
@@ -26,7 +28,10 @@ struct AttentionKernels {
 };
 
 const AttentionKernels& generic_attention_kernels();
-// The AVX-512 table: its softmax and P.V entries run the generic code when head_dim % 16 != 0.
-const AttentionKernels* avx512_attention_kernels();
+// The Highway tables (attention_kernels_simd.cpp) of avx2, avx512, neon and sve; nullptr for a
+// path the build's architecture has none for.
+const AttentionKernels* simd_attention_kernels(CpuPath path);
+// The table `path` runs (the best at or below it); the CPU must support `path`.
+const AttentionKernels& attention_kernels_for(CpuPath path);
 
 }  // namespace m3

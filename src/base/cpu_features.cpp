@@ -3,6 +3,11 @@
 #include <cstdio>
 #include <cstdlib>
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace m3 {
 
 namespace {
@@ -16,6 +21,11 @@ CpuFeatures detect() {
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+#elif defined(__aarch64__)
+  f.neon = true;  // Advanced SIMD is part of the aarch64 baseline
+#if defined(__linux__)
+  f.sve = (getauxval(AT_HWCAP) & HWCAP_SVE) != 0;
+#endif
 #endif
   return f;
 }
@@ -26,7 +36,7 @@ CpuPath choose_active() {
   if (env == nullptr || *env == '\0') return best;
   const std::optional<CpuPath> want = parse_cpu_path(env);
   if (!want) {
-    std::fprintf(stderr, "m3: warning: M3_CPU=%s is not one of avx512, avx2, generic; using %s\n", env,
+    std::fprintf(stderr, "m3: warning: M3_CPU=%s is not one of avx512, avx2, sve, neon, generic; using %s\n", env,
                  cpu_path_name(best));
     return best;
   }
@@ -50,6 +60,8 @@ bool cpu_path_supported(CpuPath path) {
     case CpuPath::Generic: return true;
     case CpuPath::Avx2: return cpu_features().avx2;
     case CpuPath::Avx512: return cpu_features().avx512;
+    case CpuPath::Neon: return cpu_features().neon;
+    case CpuPath::Sve: return cpu_features().sve;
   }
   return false;
 }
@@ -57,7 +69,24 @@ bool cpu_path_supported(CpuPath path) {
 CpuPath cpu_best_path() {
   if (cpu_features().avx512) return CpuPath::Avx512;
   if (cpu_features().avx2) return CpuPath::Avx2;
+  if (cpu_features().sve) return CpuPath::Sve;
+  if (cpu_features().neon) return CpuPath::Neon;
   return CpuPath::Generic;
+}
+
+CpuPath cpu_path_below(CpuPath path) {
+  switch (path) {
+    case CpuPath::Avx512: return CpuPath::Avx2;
+    case CpuPath::Sve: return CpuPath::Neon;
+    default: return CpuPath::Generic;
+  }
+}
+
+bool cpu_path_within(CpuPath lower, CpuPath path) {
+  for (CpuPath p = path;; p = cpu_path_below(p)) {
+    if (p == lower) return true;
+    if (p == CpuPath::Generic) return false;
+  }
 }
 
 CpuPath cpu_active_path() {
@@ -70,6 +99,8 @@ const char* cpu_path_name(CpuPath path) {
     case CpuPath::Generic: return "generic";
     case CpuPath::Avx2: return "avx2";
     case CpuPath::Avx512: return "avx512";
+    case CpuPath::Neon: return "neon";
+    case CpuPath::Sve: return "sve";
   }
   return "?";
 }
@@ -77,6 +108,8 @@ const char* cpu_path_name(CpuPath path) {
 std::optional<CpuPath> parse_cpu_path(std::string_view name) {
   if (name == "avx512") return CpuPath::Avx512;
   if (name == "avx2") return CpuPath::Avx2;
+  if (name == "neon") return CpuPath::Neon;
+  if (name == "sve") return CpuPath::Sve;
   if (name == "generic") return CpuPath::Generic;
   return std::nullopt;
 }

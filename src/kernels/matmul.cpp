@@ -337,7 +337,7 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
 
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
                 int64_t M, const LinearWeight& w, float* y) {
-  const TileKernels& kern = kernels_for(path);
+  const TileKernels& kern = kernels_for(tile_tables().path_of(path));
   M3_CHECK(w.format->dense(), "matmul: the tile kernels take dense weights (bf16, f16, f32), not ", w.format->name);
   const int64_t N = w.rows, K = w.cols;
   if (M <= 0 || N <= 0) return;
@@ -395,6 +395,7 @@ struct KernelRegistry {
     int n = 0;
     for (const WeightFormat* f : {&bf16_format(), &f16_format(), &f32_format()})
       for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {f, p, &dense_matmul};
+    // aarch64 runs the generic tile kernels until the matmul has a NEON/SVE table (issue 10).
     count.store(n, std::memory_order_release);
   }
 };
@@ -428,13 +429,14 @@ void register_matmul_kernel(const WeightFormat& format, CpuPath path, MatmulKern
 MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path) {
   const KernelRegistry& r = kernel_registry();
   const int n = r.count.load(std::memory_order_acquire);
-  // The best registered path at or below the asked one (paths are ordered).
-  const KernelEntry* best = nullptr;
-  for (int i = 0; i < n; ++i) {
-    const KernelEntry& e = r.entries[size_t(i)];
-    if (e.format == &format && e.path <= path && (best == nullptr || e.path > best->path)) best = &e;
+  // The best registered path at or below the asked one in its chain (base/cpu_features.h).
+  for (CpuPath p = path;; p = cpu_path_below(p)) {
+    for (int i = 0; i < n; ++i) {
+      const KernelEntry& e = r.entries[size_t(i)];
+      if (e.format == &format && e.path == p) return e.kernel;
+    }
+    if (p == CpuPath::Generic) return nullptr;
   }
-  return best != nullptr ? best->kernel : nullptr;
 }
 
 const char* matmul_kernel_name() { return cpu_path_name(cpu_active_path()); }

@@ -6,9 +6,12 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention/attention_kernels.h"
+#include "attention/attention_kernels_impl.h"
 #include "attention/msa_attention.h"
 #include "attention/msa_select.h"
 #include "m3/dtype.h"
@@ -215,6 +218,147 @@ TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
             EXPECT_NEAR(o[size_t(h * hd + d)], ref, 1e-4 * (1 + std::fabs(ref))) << "hd " << hd << " heads " << heads;
           }
       }
+}
+
+namespace {
+
+// Every CPU path this machine runs, each with its own table (M3_CPU does not matter here).
+std::vector<CpuPath> runnable_paths() {
+  std::vector<CpuPath> out;
+  for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve})
+    if (cpu_path_supported(p)) out.push_back(p);
+  return out;
+}
+
+// Float or bf16 keys and values from one fp32 draw (bf16: rounded, and the fp32 twin widened).
+template <typename T>
+std::vector<T> stored(const std::vector<float>& wide) {
+  if constexpr (std::is_same_v<T, float>) return wide;
+  else {
+    std::vector<uint16_t> b(wide.size());
+    for (size_t i = 0; i < wide.size(); ++i) b[i] = f32_to_bf16(wide[i]);
+    return b;
+  }
+}
+float widened(float x) { return x; }
+float widened(uint16_t b) { return bf16_to_f32(b); }
+
+// The scores, block maxima, softmax and P.V of every path against float64 formulas, at the head
+// sizes models use (M3's 128, the ViT's 80, 32/64/96/256) and odd ones, with key counts that cut
+// every vector width; key rows both padded (a block page) and exactly n_keys wide (nothing past
+// them may be read). The SIMD paths (avx2, avx512, neon, sve) must agree bit for bit: one FMA chain
+// per output in the same order, one exp, one fixed 16-lane sum order (attention_kernels_simd.cpp).
+template <typename T>
+void check_every_path(uint32_t seed) {
+  std::mt19937 rng(seed);
+  const std::vector<CpuPath> paths = runnable_paths();
+  for (int dim : {7, 12, 16, 32, 64, 80, 96, 128, 256})
+    for (int n_keys : {1, 5, 15, 16, 17, 33, 64, 100, 128})
+      for (int nq : {1, 2, 3, 4, 5, 9, 16})
+        for (int stride : {128, n_keys}) {
+          const auto q = randn(rng, size_t(nq * dim));
+          std::vector<float> kw = randn(rng, size_t(dim * stride));
+          const std::vector<T> kT = stored<T>(kw);
+          for (size_t i = 0; i < kw.size(); ++i) kw[i] = widened(kT[i]);
+          std::vector<float> simd_S, simd_max;
+          for (CpuPath p : paths) {
+            const AttentionKernels& k = attention_kernels_for(p);
+            std::vector<float> S(size_t(nq * stride), 7.0f), mx(static_cast<size_t>(nq));
+            if constexpr (std::is_same_v<T, float>) {
+              k.qk_scores_f32(q.data(), nq, dim, kT.data(), stride, n_keys, S.data(), stride, nullptr, 0);
+              k.qk_block_max_f32(q.data(), nq, dim, kT.data(), stride, n_keys, mx.data(), nullptr, 0);
+            } else {
+              k.qk_scores_bf16(q.data(), nq, dim, kT.data(), stride, n_keys, S.data(), stride, nullptr, 0);
+              k.qk_block_max_bf16(q.data(), nq, dim, kT.data(), stride, n_keys, mx.data(), nullptr, 0);
+            }
+            const std::string where = std::string(cpu_path_name(p)) + " dim " + std::to_string(dim) + " keys " +
+                                      std::to_string(n_keys) + " nq " + std::to_string(nq) + " stride " +
+                                      std::to_string(stride);
+            for (int i = 0; i < nq; ++i) {
+              double best = -1e300;
+              for (int t = 0; t < n_keys; ++t) {
+                double ref = 0;
+                for (int d = 0; d < dim; ++d) ref += double(q[size_t(i * dim + d)]) * kw[size_t(d * stride + t)];
+                ASSERT_NEAR(S[size_t(i * stride + t)], ref, 1e-4 * (1 + std::fabs(ref))) << where;
+                best = std::max(best, ref);
+              }
+              for (int t = n_keys; t < stride; ++t) ASSERT_EQ(S[size_t(i * stride + t)], 7.0f) << where << ": wrote past n_keys";
+              ASSERT_NEAR(mx[size_t(i)], best, 1e-4 * (1 + std::fabs(best))) << where;
+            }
+            if (p == CpuPath::Generic) continue;
+            if (simd_S.empty()) {
+              simd_S = S;
+              simd_max = mx;
+            } else {
+              ASSERT_TRUE(same_bits(S, simd_S)) << where << ": scores differ from the other SIMD paths";
+              ASSERT_TRUE(same_bits(mx, simd_max)) << where << ": block maxima differ from the other SIMD paths";
+            }
+          }
+        }
+
+  for (int hd : {7, 12, 16, 32, 48, 64, 80, 96, 112, 128, 256})
+    for (int heads : {1, 2, 3, 4, 5, 8, 16})
+      for (const std::vector<int>& blocks : {std::vector<int>{48, 48, 17}, std::vector<int>{5}, std::vector<int>{16, 1}}) {
+        const int ld = blocks[0];
+        int total = 0;
+        for (int n : blocks) total += n;
+        const auto s_all = randn(rng, size_t(heads * total));
+        std::vector<float> v_wide = randn(rng, size_t(total * hd));
+        const std::vector<T> v_all = stored<T>(v_wide);
+        for (size_t i = 0; i < v_wide.size(); ++i) v_wide[i] = widened(v_all[i]);
+        std::vector<float> simd_o, simd_l, simd_S;
+        for (CpuPath p : paths) {
+          const AttentionKernels& k = attention_kernels_for(p);
+          std::vector<float> o(size_t(heads * hd), 0.0f), m(size_t(heads), -INFINITY), l(size_t(heads), 0.0f);
+          std::vector<float> S(size_t(heads * ld)), last_S;
+          int off = 0;
+          for (int n : blocks) {
+            for (int h = 0; h < heads; ++h)
+              for (int t = 0; t < n; ++t) S[size_t(h * ld + t)] = s_all[size_t(h * total + off + t)];
+            k.softmax_block_update(S.data(), heads, ld, n, m.data(), l.data(), o.data(), hd);
+            const T* v = v_all.data() + size_t(off) * hd;
+            // Exactly the n rows of this block (a full-width read of the last row would leave them).
+            std::vector<T> v_block(v, v + size_t(n) * hd);
+            if constexpr (std::is_same_v<T, float>) k.pv_f32(S.data(), heads, ld, n, v_block.data(), hd, o.data(), nullptr, 0);
+            else k.pv_bf16(S.data(), heads, ld, n, v_block.data(), hd, o.data(), nullptr, 0);
+            off += n;
+          }
+          last_S = S;
+          const std::string where = std::string(cpu_path_name(p)) + " hd " + std::to_string(hd) + " heads " +
+                                    std::to_string(heads) + " blocks " + std::to_string(blocks.size());
+          for (int h = 0; h < heads; ++h) {
+            double mx = -1e300, sum = 0;
+            for (int t = 0; t < total; ++t) mx = std::max(mx, double(s_all[size_t(h * total + t)]));
+            std::vector<double> w(static_cast<size_t>(total));
+            for (int t = 0; t < total; ++t) sum += w[size_t(t)] = std::exp(s_all[size_t(h * total + t)] - mx);
+            for (int d = 0; d < hd; ++d) {
+              double ref = 0;
+              for (int t = 0; t < total; ++t) ref += w[size_t(t)] / sum * v_wide[size_t(t * hd + d)];
+              ASSERT_NEAR(o[size_t(h * hd + d)] / l[size_t(h)], ref, 2e-5) << where;
+            }
+          }
+          if (p == CpuPath::Generic) continue;
+          if (simd_o.empty()) {
+            simd_o = o;
+            simd_l = l;
+            simd_S = last_S;
+          } else {
+            ASSERT_TRUE(same_bits(o, simd_o)) << where << ": P.V differs from the other SIMD paths";
+            ASSERT_TRUE(same_bits(l, simd_l)) << where << ": softmax sums differ from the other SIMD paths";
+            ASSERT_TRUE(same_bits(last_S, simd_S)) << where << ": softmax weights differ from the other SIMD paths";
+          }
+        }
+      }
+}
+
+}  // namespace
+
+TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseF32) { check_every_path<float>(21); }
+TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseBf16) { check_every_path<uint16_t>(22); }
+
+TEST(AttentionKernels, ActivePathIsTheBestOneOrM3Cpu) {
+  std::printf("attention kernels here: %s (best path %s)\n", attention_kernel_name(), cpu_path_name(cpu_best_path()));
+  EXPECT_STREQ(attention_kernel_name(), attention_kernels_for(cpu_active_path()).name);
 }
 
 namespace {

@@ -1,0 +1,572 @@
+// The attention inner loops from one source for every SIMD target (Google Highway): AVX2+FMA,
+// AVX-512, NEON and SVE tables of AttentionKernels (base/cpu_dispatch.h picks one at run time).
+// foreach_target.h compiles this file once per target, each copy in its own namespace
+// (m3::N_AVX2, m3::N_AVX3, ...) with that target's code generation; the HWY_ONCE part at the end
+// hands out the tables. Nothing here instantiates a std:: template (an out-of-line copy built for
+// one target could be picked by the linker for code that runs on another).
+//
+// Same bits on every vector width: each score is one fused multiply-add chain over d in order,
+// each P.V output one chain over keys in order, the exp polynomial uses the same operations on
+// every target, and a softmax denominator is summed in a fixed 16-lane order whatever the
+// register width. So avx2, avx512, neon and sve give identical results; the generic (plain C++)
+// path differs from them by rounding only (no fused multiply-add, libm's exp).
+//
+// Any head size: keys are vectorised along the block and the head dims along the row, with the
+// last, partial vector of each loaded and stored under a mask (or through a small buffer where a
+// full-width access could leave the caller's arrays), outside the hot loop where it can be.
+// The targets compiled: the ones with a CpuPath (SSE4 and the SVE2 variants would only add build time).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE2 | HWY_SVE2_128 | HWY_SVE_256)
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/attention_kernels_simd.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#include <math.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "attention/attention_kernels_impl.h"
+
+HWY_BEFORE_NAMESPACE();
+// The emulated 128-bit target Highway always compiles is not used: the generic path is plain C++.
+#if HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+namespace m3 {
+namespace HWY_NAMESPACE {
+namespace {
+
+namespace hn = hwy::HWY_NAMESPACE;
+
+// At most 16 lanes (a wider SVE machine runs 16-lane vectors), so the fixed 16-lane sum order
+// below covers every width: 4, 8 or 16 lanes.
+constexpr int kMaxLanes = 16;
+using DF = hn::CappedTag<float, kMaxLanes>;
+using DI = hn::RebindToSigned<DF>;
+using DU = hn::RebindToUnsigned<DF>;
+using DH = hn::Rebind<uint16_t, DF>;  // bf16 bits, as many lanes as DF
+using VF = hn::Vec<DF>;
+
+// Accumulators a tile may keep in registers: AVX2 has 16 vector registers (8 accumulators leave
+// room for the loaded keys and the broadcast), the other targets 32.
+#if HWY_TARGET == HWY_AVX2
+constexpr int kMaxAcc = 8;
+#else
+constexpr int kMaxAcc = 16;
+#endif
+
+#if HWY_TARGET == HWY_AVX2
+constexpr const char* kName = "avx2";
+#elif HWY_TARGET == HWY_AVX3
+constexpr const char* kName = "avx512";
+#elif HWY_TARGET == HWY_NEON
+constexpr const char* kName = "neon";
+#elif HWY_TARGET == HWY_SVE
+constexpr const char* kName = "sve";
+#else
+#error "attention kernels for a target without a CpuPath"
+#endif
+
+constexpr int Min(int a, int b) { return a < b ? a : b; }
+HWY_INLINE float MaxF(float a, float b) { return a > b ? a : b; }
+
+// N K/V elements as fp32: fp32 as is, bf16 widened exactly (its bits become the high half).
+HWY_INLINE VF LoadWide(DF df, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadWide(DF df, const uint16_t* p) {
+  const DH dh;
+  const DU du;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, p))));
+}
+
+HWY_INLINE float WidenOne(float x) { return x; }
+HWY_INLINE float WidenOne(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// The first n (< Lanes) elements of p, the other lanes 0, reading p[0, n) only.
+template <typename T>
+HWY_INLINE VF LoadFirst(DF df, const T* p, int n) {
+  alignas(64) T buf[kMaxLanes] = {};
+  for (int i = 0; i < n; ++i) buf[i] = p[i];
+  return LoadWide(df, buf);
+}
+
+// Writes the first n (< Lanes) lanes of v to p[0, n).
+HWY_INLINE void StoreFirst(DF df, VF v, float* p, int n) {
+  alignas(64) float buf[kMaxLanes];
+  hn::Store(v, df, buf);
+  for (int i = 0; i < n; ++i) p[i] = buf[i];
+}
+
+// Requests a region into L2 spread over a loop: Step() asks for the next per_step cache lines.
+struct Prefetch {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  int per_step = 0;
+  Prefetch(const void* region, size_t bytes, int64_t steps) {
+    if (region == nullptr || bytes == 0 || steps <= 0) return;
+    p = static_cast<const char*>(region);
+    end = p + bytes;
+    const int64_t lines = int64_t((bytes + 63) / 64);
+    per_step = int((lines + steps - 1) / steps);
+  }
+  HWY_INLINE void Step() {
+    for (int i = 0; i < per_step && p < end; ++i, p += 64) __builtin_prefetch(p, 0, 2);
+  }
+};
+
+// exp(x) for x <= 0 (softmax weights): 2^(x·log2e) by range reduction, degree-6 polynomial for
+// 2^f on [-0.5, 0.5]; relative error ~2e-7. x is clamped at -87 so that 2^n stays a normal
+// number: weights below e^-87 (1e-38, which no sum next to the maximum's weight of 1 can see)
+// come out as about 1e-38 instead of 0.
+HWY_INLINE VF Exp(DF df, VF x) {
+  const DI di;
+  x = hn::Max(x, hn::Set(df, -87.0f));
+  const VF t = hn::Mul(x, hn::Set(df, 1.44269504088896341f));
+  const VF n = hn::Round(t);
+  const VF f = hn::Sub(t, n);
+  VF p = hn::Set(df, 1.5403530393381606e-4f);
+  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 9.6181291076284772e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 5.5504108664821580e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 2.4022650695910071e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 6.9314718055994531e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
+  const VF scale = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  return hn::Mul(p, scale);
+}
+
+// ------------------------------------------------------------------ q·k scores
+// A tile is Q queries × V key vectors (V <= 4, Q·V <= kMaxAcc <= 16) of named accumulators
+// acc0..acc15, accumulator k for query k / V and key vector k % V; the unused ones compile away
+// (SVE vectors cannot live in arrays). Few keys per block (small blocks) get tall tiles, so that
+// every tile keeps kMaxAcc independent FMA chains.
+
+#define M3_ACC16(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
+#define M3_ZERO(k) VF acc##k = hn::Zero(df);
+
+// The j-th of four vectors, chosen at compile time.
+template <int j>
+HWY_INLINE VF Pick(VF v0, VF v1, VF v2, VF v3) {
+  if constexpr (j == 0) return v0;
+  else if constexpr (j == 1) return v1;
+  else if constexpr (j == 2) return v2;
+  else return v3;
+}
+
+// Scores of Q queries (rows of q, stride dim) against the V·N keys from kT + t0; `avail` of them
+// are valid (kTail: fewer than V·N, the lanes past them are masked to 0; every row of kT must
+// still be readable to V·N keys from t0). Calls sink(i, V, v0, v1, v2, v3) for each query with
+// its V score vectors. Not inlined: each tile shape gets its own register allocation (one
+// function holding every shape spilled its accumulators).
+template <int Q, int V, bool kTail, typename T, class Sink>
+HWY_NOINLINE void QkTile(const float* q, int dim, const T* kT, int kt_stride, int t0, int avail, Sink& sink,
+                         Prefetch& pf) {
+  static_assert(Q * V <= 16 && V <= 4, "a tile has at most 16 accumulators and 4 key vectors");
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  auto lanes_of = [&](int j) { return size_t(kTail ? Min(N, avail - j * N > 0 ? avail - j * N : 0) : N); };
+  const auto m0 = hn::FirstN(df, lanes_of(0)), m1 = hn::FirstN(df, lanes_of(1));
+  const auto m2 = hn::FirstN(df, lanes_of(2)), m3 = hn::FirstN(df, lanes_of(3));
+  M3_ACC16(M3_ZERO)
+  for (int d = 0; d < dim; ++d) {
+    pf.Step();
+    const T* k = kT + int64_t(d) * kt_stride + t0;
+    const VF k0 = kTail ? hn::IfThenElseZero(m0, LoadWide(df, k)) : LoadWide(df, k);
+    const VF k1 = V > 1 ? (kTail ? hn::IfThenElseZero(m1, LoadWide(df, k + N)) : LoadWide(df, k + N)) : k0;
+    const VF k2 = V > 2 ? (kTail ? hn::IfThenElseZero(m2, LoadWide(df, k + 2 * N)) : LoadWide(df, k + 2 * N)) : k0;
+    const VF k3 = V > 3 ? (kTail ? hn::IfThenElseZero(m3, LoadWide(df, k + 3 * N)) : LoadWide(df, k + 3 * N)) : k0;
+#define M3_QK_FMA(k)                                                                        \
+  if constexpr (k < Q * V)                                                                  \
+    acc##k = hn::MulAdd(hn::Set(df, q[int64_t(k / V) * dim + d]), Pick<k % V>(k0, k1, k2, k3), acc##k);
+    M3_ACC16(M3_QK_FMA)
+#undef M3_QK_FMA
+  }
+  // Row i's vectors are acc(i·V + j); the ones past V are not read by the sink.
+  auto row = [&](int i, VF r0, VF r1, VF r2, VF r3) { sink(i, V, r0, r1, r2, r3); };
+  if constexpr (V == 1) {
+    row(0, acc0, acc0, acc0, acc0);
+    if constexpr (Q > 1) row(1, acc1, acc1, acc1, acc1);
+    if constexpr (Q > 2) row(2, acc2, acc2, acc2, acc2);
+    if constexpr (Q > 3) row(3, acc3, acc3, acc3, acc3);
+    if constexpr (Q > 4) row(4, acc4, acc4, acc4, acc4);
+    if constexpr (Q > 5) row(5, acc5, acc5, acc5, acc5);
+    if constexpr (Q > 6) row(6, acc6, acc6, acc6, acc6);
+    if constexpr (Q > 7) row(7, acc7, acc7, acc7, acc7);
+    if constexpr (Q > 8) row(8, acc8, acc8, acc8, acc8);
+    if constexpr (Q > 9) row(9, acc9, acc9, acc9, acc9);
+    if constexpr (Q > 10) row(10, acc10, acc10, acc10, acc10);
+    if constexpr (Q > 11) row(11, acc11, acc11, acc11, acc11);
+    if constexpr (Q > 12) row(12, acc12, acc12, acc12, acc12);
+    if constexpr (Q > 13) row(13, acc13, acc13, acc13, acc13);
+    if constexpr (Q > 14) row(14, acc14, acc14, acc14, acc14);
+    if constexpr (Q > 15) row(15, acc15, acc15, acc15, acc15);
+  } else if constexpr (V == 2) {
+    row(0, acc0, acc1, acc1, acc1);
+    if constexpr (Q > 1) row(1, acc2, acc3, acc3, acc3);
+    if constexpr (Q > 2) row(2, acc4, acc5, acc5, acc5);
+    if constexpr (Q > 3) row(3, acc6, acc7, acc7, acc7);
+    if constexpr (Q > 4) row(4, acc8, acc9, acc9, acc9);
+    if constexpr (Q > 5) row(5, acc10, acc11, acc11, acc11);
+    if constexpr (Q > 6) row(6, acc12, acc13, acc13, acc13);
+    if constexpr (Q > 7) row(7, acc14, acc15, acc15, acc15);
+  } else if constexpr (V == 3) {
+    row(0, acc0, acc1, acc2, acc2);
+    if constexpr (Q > 1) row(1, acc3, acc4, acc5, acc5);
+    if constexpr (Q > 2) row(2, acc6, acc7, acc8, acc8);
+    if constexpr (Q > 3) row(3, acc9, acc10, acc11, acc11);
+    if constexpr (Q > 4) row(4, acc12, acc13, acc14, acc14);
+  } else {
+    row(0, acc0, acc1, acc2, acc3);
+    if constexpr (Q > 1) row(1, acc4, acc5, acc6, acc7);
+    if constexpr (Q > 2) row(2, acc8, acc9, acc10, acc11);
+    if constexpr (Q > 3) row(3, acc12, acc13, acc14, acc15);
+  }
+}
+
+// Q queries against the keys [t0, n_keys) where a full-width load would leave the rows of kT (a
+// block narrower than the vectors): one scalar fused multiply-add chain per score, the same bits
+// as the tiles.
+template <int Q, typename T, class Sink>
+HWY_NOINLINE void QkScalar(const float* q, int dim, const T* kT, int kt_stride, int t0, int n_keys, Sink& sink) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  alignas(64) float s[kMaxLanes];
+  sink.t0 = t0;
+  for (int i = 0; i < Q; ++i) {
+    for (int t = 0; t < N; ++t) {
+      float acc = 0.0f;
+      if (t0 + t < n_keys)
+        for (int d = 0; d < dim; ++d)
+          acc = __builtin_fmaf(q[int64_t(i) * dim + d], WidenOne(kT[int64_t(d) * kt_stride + t0 + t]), acc);
+      s[t] = acc;
+    }
+    const VF v = hn::Load(df, s);
+    sink(i, 1, v, v, v, v);
+  }
+}
+
+// Q queries against every key: tiles of V vectors, the last one masked.
+template <int Q, int V, typename T, class Sink>
+HWY_INLINE void QkKeys(const float* q, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink, Prefetch& pf) {
+  const int N = int(hn::Lanes(DF()));
+  int t0 = 0;
+  for (; t0 + V * N <= n_keys; t0 += V * N) {
+    sink.t0 = t0;
+    QkTile<Q, V, false>(q, dim, kT, kt_stride, t0, V * N, sink, pf);
+  }
+  if (t0 == n_keys) return;
+  sink.t0 = t0;
+  if (t0 + V * N <= kt_stride) return QkTile<Q, V, true>(q, dim, kT, kt_stride, t0, n_keys - t0, sink, pf);
+  // A block narrower than the tile: single vectors, the last one scalar if it would leave the row.
+  for (; t0 + N <= n_keys; t0 += N) {
+    sink.t0 = t0;
+    QkTile<Q, 1, false>(q, dim, kT, kt_stride, t0, N, sink, pf);
+  }
+  if (t0 == n_keys) return;
+  sink.t0 = t0;
+  if (t0 + N <= kt_stride) QkTile<Q, 1, true>(q, dim, kT, kt_stride, t0, n_keys - t0, sink, pf);
+  else QkScalar<Q>(q, dim, kT, kt_stride, t0, n_keys, sink);
+}
+
+template <int R>
+struct TileRows {
+  static constexpr int kRows = R;
+};
+
+// The queries in tiles of Q (as tall as the accumulators allow for V), the rest in tiles of 8,
+// 4, 2 and 1.
+template <int Q, int V, typename T, class Sink>
+HWY_INLINE void QkRows(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
+                       Prefetch& pf) {
+  int i0 = 0;
+  auto rows = [&](auto height) {
+    constexpr int R = decltype(height)::kRows;
+    for (; i0 + R <= nq; i0 += R) {
+      sink.i0 = i0;
+      QkKeys<R, V>(q + int64_t(i0) * dim, dim, kT, kt_stride, n_keys, sink, pf);
+    }
+  };
+  if constexpr (Q >= 16) rows(TileRows<16>{});
+  if constexpr (Q >= 8) rows(TileRows<8>{});
+  if constexpr (Q >= 4) rows(TileRows<4>{});
+  if constexpr (Q >= 2) rows(TileRows<2>{});
+  rows(TileRows<1>{});
+}
+
+// Tiles of up to 4 key vectors, fewer when the block has fewer keys (small blocks get taller tiles).
+template <typename T, class Sink>
+HWY_INLINE void QkForTiles(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
+                           Prefetch& pf) {
+  const int N = int(hn::Lanes(DF()));
+  const int vecs = (n_keys + N - 1) / N;
+  constexpr int kWide = kMaxAcc >= 16 ? 4 : 2;  // AVX2: 4 queries x 2 vectors fill its 8 accumulators
+  if (vecs >= kWide) QkRows<kMaxAcc / kWide, kWide>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  else if (vecs >= 2) QkRows<kMaxAcc / 2, 2>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  else QkRows<kMaxAcc, 1>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+}
+
+// Stores score vectors to S rows (stride ld), the last one cut at n_keys.
+struct ScoreStore {
+  float* S;
+  int ld, n_keys, i0 = 0, t0 = 0;
+  HWY_INLINE void one(DF df, float* row, int t, VF v) const {
+    const int N = int(hn::Lanes(df));
+    if (t >= n_keys) return;
+    if (t + N <= n_keys) hn::StoreU(v, df, row + t);
+    else StoreFirst(df, v, row + t, n_keys - t);
+  }
+  // Query i0 + i's first nv vectors from key t0.
+  HWY_INLINE void operator()(int i, int nv, VF v0, VF v1, VF v2, VF v3) const {
+    const DF df;
+    const int N = int(hn::Lanes(df));
+    float* row = S + int64_t(i0 + i) * ld;
+    one(df, row, t0, v0);
+    if (nv > 1) one(df, row, t0 + N, v1);
+    if (nv > 2) one(df, row, t0 + 2 * N, v2);
+    if (nv > 3) one(df, row, t0 + 3 * N, v3);
+  }
+};
+
+// Folds score vectors into each query's running maximum (lanes past n_keys do not count).
+struct MaxFold {
+  float* best;
+  int n_keys, i0 = 0, t0 = 0;
+  HWY_INLINE VF valid(DF df, int t, VF v) const {
+    const int N = int(hn::Lanes(df));
+    const VF lowest = hn::Set(df, -HUGE_VALF);
+    if (t >= n_keys) return lowest;
+    if (t + N <= n_keys) return v;
+    return hn::IfThenElse(hn::FirstN(df, size_t(n_keys - t)), v, lowest);
+  }
+  HWY_INLINE void operator()(int i, int nv, VF v0, VF v1, VF v2, VF v3) const {
+    const DF df;
+    const int N = int(hn::Lanes(df));
+    VF m = valid(df, t0, v0);
+    if (nv > 1) m = hn::Max(m, valid(df, t0 + N, v1));
+    if (nv > 2) m = hn::Max(m, valid(df, t0 + 2 * N, v2));
+    if (nv > 3) m = hn::Max(m, valid(df, t0 + 3 * N, v3));
+    best[i0 + i] = MaxF(best[i0 + i], hn::GetLane(hn::MaxOfLanes(df, m)));
+  }
+};
+
+template <typename T>
+void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
+              const void* pf_region, size_t pf_bytes) {
+  const int N = int(hn::Lanes(DF()));
+  Prefetch pf(pf_region, pf_bytes, int64_t(dim) * ((nq + 3) / 4) * ((n_keys + 2 * N - 1) / (2 * N)));
+  ScoreStore store{S, ld, n_keys};
+  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, store, pf);
+}
+
+template <typename T>
+void QkBlockMax(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out,
+                const void* pf_region, size_t pf_bytes) {
+  const int N = int(hn::Lanes(DF()));
+  Prefetch pf(pf_region, pf_bytes, int64_t(dim) * ((nq + 3) / 4) * ((n_keys + 2 * N - 1) / (2 * N)));
+  for (int i = 0; i < nq; ++i) out[i] = -HUGE_VALF;
+  MaxFold fold{out, n_keys};
+  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
+}
+
+// ------------------------------------------------------------------ online softmax
+
+// p = exp(s[t, t + n) - max) stored back; returns p with the lanes past n zero. n may be <= 0.
+// `room`: floats writable and readable from s (the row stride left).
+HWY_INLINE VF ExpStore(DF df, float* s, int n, int room, VF vmax) {
+  const int N = int(hn::Lanes(df));
+  if (n >= N) {
+    const VF p = Exp(df, hn::Sub(hn::LoadU(df, s), vmax));
+    hn::StoreU(p, df, s);
+    return p;
+  }
+  if (n <= 0) return hn::Zero(df);
+  const auto m = hn::FirstN(df, size_t(n));
+  const VF x = room >= N ? hn::LoadU(df, s) : LoadFirst(df, s, n);
+  const VF p = hn::IfThenElseZero(m, Exp(df, hn::Sub(x, vmax)));
+  StoreFirst(df, p, s, n);
+  return p;
+}
+
+void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  const VF lowest = hn::Set(df, -HUGE_VALF);
+  for (int h = 0; h < heads; ++h) {
+    float* s = S + int64_t(h) * ld;
+    VF vmax = hn::Set(df, m[h]);
+    int t = 0;
+    for (; t + N <= n_keys; t += N) vmax = hn::Max(vmax, hn::LoadU(df, s + t));
+    if (t < n_keys) {
+      const int n = n_keys - t;
+      const VF x = ld - t >= N ? hn::LoadU(df, s + t) : LoadFirst(df, s + t, n);
+      vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(df, size_t(n)), x, lowest));
+    }
+    const float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    const float corr = expf(m[h] - mx);  // m = -inf on the first block: corr = 0
+    const VF vm = hn::Set(df, mx);
+    // The sum in 16 fixed lanes (key t adds to lane t % 16) whatever N is (4, 8 or 16), reduced
+    // in a fixed order: the same bits on every vector width.
+    VF acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
+    for (t = 0; t < n_keys; t += kMaxLanes) {
+      acc0 = hn::Add(acc0, ExpStore(df, s + t, n_keys - t, ld - t, vm));
+      if (N <= 8) acc1 = hn::Add(acc1, ExpStore(df, s + t + N, n_keys - t - N, ld - t - N, vm));
+      if (N <= 4) {
+        acc2 = hn::Add(acc2, ExpStore(df, s + t + 2 * N, n_keys - t - 2 * N, ld - t - 2 * N, vm));
+        acc3 = hn::Add(acc3, ExpStore(df, s + t + 3 * N, n_keys - t - 3 * N, ld - t - 3 * N, vm));
+      }
+    }
+    alignas(64) float lanes[kMaxLanes];
+    hn::Store(acc0, df, lanes);
+    if (N <= 8) hn::Store(acc1, df, lanes + N);
+    if (N <= 4) {
+      hn::Store(acc2, df, lanes + 2 * N);
+      hn::Store(acc3, df, lanes + 3 * N);
+    }
+    for (int w = kMaxLanes / 2; w >= 1; w /= 2)
+      for (int i = 0; i < w; ++i) lanes[i] += lanes[i + w];
+    l[h] = l[h] * corr + lanes[0];
+    m[h] = mx;
+    const VF vc = hn::Set(df, corr);
+    float* oh = o + int64_t(h) * hd;
+    int d = 0;
+    for (; d + N <= hd; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, oh + d), vc), df, oh + d);
+    if (d < hd) StoreFirst(df, hn::Mul(LoadFirst(df, oh + d, hd - d), vc), oh + d, hd - d);
+  }
+}
+
+// ------------------------------------------------------------------ P·V
+// A tile is H heads (H <= 4) × V vectors of head dims from d0 (V <= 4, H·V <= kMaxAcc).
+
+// o[h][d0, d0 + V·N) += Σ_t P[h][t] · v[t][d0, ...), `avail` of those dims valid (kTail: fewer than
+// V·N). v rows are hd apart, so a full-width load of a partial vector in row t < n_keys - 1 stays
+// inside row t + 1; the last row's partial vectors and the output's go through buffers.
+template <int H, int V, bool kTail, typename T>
+HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, int hd, int d0, int avail, float* o,
+                       Prefetch& pf) {
+  const int N = int(hn::Lanes(df));
+  auto part = [&](int j) HWY_ATTR { return !kTail || avail >= (j + 1) * N ? N : avail - j * N; };
+#define M3_LOAD_O(k)                                                                                     \
+  VF acc##k = hn::Zero(df);                                                                                \
+  if constexpr (k < H * V) {                                                                               \
+    const float* op = o + int64_t(k / V) * hd + d0 + (k % V) * N;                                          \
+    acc##k = part(k % V) == N ? hn::LoadU(df, op) : LoadFirst(df, op, part(k % V));                        \
+  }
+  M3_ACC16(M3_LOAD_O)
+#undef M3_LOAD_O
+  // kTail: the rows before the last load full width (the lanes past avail are never stored).
+  const int full_rows = kTail ? n_keys - 1 : n_keys;
+  auto step = [&](int t, auto load) HWY_ATTR {
+    pf.Step();
+    const T* vt = v + int64_t(t) * hd + d0;
+    const VF v0 = load(vt, 0);
+    const VF v1 = V > 1 ? load(vt, 1) : v0;
+    const VF v2 = V > 2 ? load(vt, 2) : v0;
+    const VF v3 = V > 3 ? load(vt, 3) : v0;
+#define M3_PV_FMA(k) \
+  if constexpr (k < H * V) acc##k = hn::MulAdd(hn::Set(df, P[int64_t(k / V) * ld + t]), Pick<k % V>(v0, v1, v2, v3), acc##k);
+    M3_ACC16(M3_PV_FMA)
+#undef M3_PV_FMA
+  };
+  for (int t = 0; t < full_rows; ++t) step(t, [&](const T* p, int j) HWY_ATTR { return LoadWide(df, p + j * N); });
+  if (kTail && n_keys > 0)
+    step(n_keys - 1, [&](const T* p, int j) HWY_ATTR {
+      return part(j) == N ? LoadWide(df, p + j * N) : LoadFirst(df, p + j * N, part(j));
+    });
+#define M3_STORE_O(k)                                                 \
+  if constexpr (k < H * V) {                                          \
+    float* op = o + int64_t(k / V) * hd + d0 + (k % V) * N;           \
+    if (part(k % V) == N) hn::StoreU(acc##k, df, op);                 \
+    else StoreFirst(df, acc##k, op, part(k % V));                     \
+  }
+  M3_ACC16(M3_STORE_O)
+#undef M3_STORE_O
+}
+
+// H heads × all head dims: tiles of V vectors, then one tail tile of what is left.
+template <int H, int V, typename T>
+HWY_INLINE void PvHeads(DF df, const float* P, int ld, int n_keys, const T* v, int hd, float* o, Prefetch& pf) {
+  const int N = int(hn::Lanes(df));
+  int d0 = 0;
+  for (; d0 + V * N <= hd; d0 += V * N) PvTile<H, V, false>(df, P, ld, n_keys, v, hd, d0, V * N, o, pf);
+  const int left = hd - d0;
+  if (left == 0) return;
+  // A remainder of whole vectors needs no masks.
+  const bool whole = left % N == 0;
+  if (left > 3 * N && V > 3) {
+    if (whole) PvTile<H, (V > 3 ? 4 : 1), false>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+    else PvTile<H, (V > 3 ? 4 : 1), true>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+  } else if (left > 2 * N && V > 2) {
+    if (whole) PvTile<H, (V > 2 ? 3 : 1), false>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+    else PvTile<H, (V > 2 ? 3 : 1), true>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+  } else if (left > N && V > 1) {
+    if (whole) PvTile<H, (V > 1 ? 2 : 1), false>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+    else PvTile<H, (V > 1 ? 2 : 1), true>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+  } else {
+    if (whole) PvTile<H, 1, false>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+    else PvTile<H, 1, true>(df, P, ld, n_keys, v, hd, d0, left, o, pf);
+  }
+}
+
+template <typename T>
+void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o, const void* pf_region,
+                  size_t pf_bytes) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  constexpr int V4 = kMaxAcc / 4, V3 = Min(4, kMaxAcc / 3), V2 = Min(4, kMaxAcc / 2);
+  Prefetch pf(pf_region, pf_bytes, int64_t(n_keys) * ((heads + 3) / 4) * ((hd + V4 * N - 1) / (V4 * N)));
+  int h = 0;
+  for (; h + 4 <= heads; h += 4) PvHeads<4, V4>(df, P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd, pf);
+  const float* Ph = P + int64_t(h) * ld;
+  float* oh = o + int64_t(h) * hd;
+  if (heads - h == 3) PvHeads<3, V3>(df, Ph, ld, n_keys, v, hd, oh, pf);
+  else if (heads - h == 2) PvHeads<2, V2>(df, Ph, ld, n_keys, v, hd, oh, pf);
+  else if (heads - h == 1) PvHeads<1, 4>(df, Ph, ld, n_keys, v, hd, oh, pf);
+}
+
+#undef M3_ZERO
+#undef M3_ACC16
+
+}  // namespace
+
+const AttentionKernels kAttentionKernels{kName,
+                                         &QkScores<float>,
+                                         &QkScores<uint16_t>,
+                                         &QkBlockMax<float>,
+                                         &QkBlockMax<uint16_t>,
+                                         &SoftmaxBlockUpdate,
+                                         &PvAccumulate<float>,
+                                         &PvAccumulate<uint16_t>};
+
+}  // namespace HWY_NAMESPACE
+}  // namespace m3
+#endif  // HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace m3 {
+
+const AttentionKernels* simd_attention_kernels(CpuPath path) {
+  switch (path) {
+#if HWY_TARGETS & HWY_AVX2
+    case CpuPath::Avx2: return &N_AVX2::kAttentionKernels;
+#endif
+#if HWY_TARGETS & HWY_AVX3
+    case CpuPath::Avx512: return &N_AVX3::kAttentionKernels;
+#endif
+#if HWY_TARGETS & HWY_NEON
+    case CpuPath::Neon: return &N_NEON::kAttentionKernels;
+#endif
+#if HWY_TARGETS & HWY_SVE
+    case CpuPath::Sve: return &N_SVE::kAttentionKernels;
+#endif
+    default: return nullptr;
+  }
+}
+
+}  // namespace m3
+#endif  // HWY_ONCE
