@@ -19,6 +19,11 @@ packages=(
 )
 
 missing=()
+# The aarch64 cross build (scripts/test_aarch64.sh): Debian's cross compiler, qemu-user, and the
+# arm64 builds of the two libraries the CPU layers and their tests link, from Debian's multiarch.
+if [ "$(dpkg --print-architecture)" = amd64 ]; then
+  packages+=(g++-aarch64-linux-gnu qemu-user libhwy-dev:arm64 libgtest-dev:arm64)
+fi
 # Node.js and npm run the tokenizer cross-check (js-tiktoken); the machine image usually has them.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   packages+=(nodejs npm)
@@ -33,5 +38,8 @@ fi
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
+if [[ " ${missing[*]} " == *":arm64 "* ]] && ! dpkg --print-foreign-architectures | grep -qx arm64; then
+  $SUDO dpkg --add-architecture arm64
+fi
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -439,7 +439,8 @@ MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path) {
   }
 }
 
-const char* matmul_kernel_name() { return cpu_path_name(cpu_active_path()); }
+// The dense tile kernels' path (aarch64 runs the generic tiles until they have a NEON/SVE table).
+const char* matmul_kernel_name() { return cpu_path_name(matmul_detail::tile_tables().path_of(cpu_active_path())); }
 
 void matmul(ThreadPool& pool, const float* x, int64_t M, const LinearWeight& w, float* y) {
   run_matmul(pool, x, nullptr, M, w, y);
