@@ -392,6 +392,17 @@ HWY_INLINE VF ExpStore(DF df, float* s, int n, int room, VF vmax) {
   return p;
 }
 
+// lanes[0] + ... + lanes[15] as the tree (i, i + 8), then (i, i + 4), (i, i + 2), (i, i + 1): two
+// 4-lane vector adds and three scalar ones, the same on every target.
+HWY_INLINE float SumOf16Lanes(const float* lanes) {
+  const hn::FixedTag<float, 4> d4;
+  const auto a0 = hn::Add(hn::Load(d4, lanes), hn::Load(d4, lanes + 8));
+  const auto a1 = hn::Add(hn::Load(d4, lanes + 4), hn::Load(d4, lanes + 12));
+  alignas(16) float b[4];
+  hn::Store(hn::Add(a0, a1), d4, b);
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+
 void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
   const DF df;
   const int N = int(hn::Lanes(df));
@@ -427,9 +438,7 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
       hn::Store(acc2, df, lanes + 2 * N);
       hn::Store(acc3, df, lanes + 3 * N);
     }
-    for (int w = kMaxLanes / 2; w >= 1; w /= 2)
-      for (int i = 0; i < w; ++i) lanes[i] += lanes[i + w];
-    l[h] = l[h] * corr + lanes[0];
+    l[h] = l[h] * corr + SumOf16Lanes(lanes);
     m[h] = mx;
     const VF vc = hn::Set(df, corr);
     float* oh = o + int64_t(h) * hd;
