@@ -79,6 +79,24 @@ rows = [json.loads(l) for l in b.stdout.splitlines() if l.startswith("{")]
 check("bench --json gives pp and tg per depth",
       [(r["test"], r["depth"]) for r in rows] == [("pp16", 0), ("tg4", 0), ("pp16", 96), ("tg4", 96), ("pp16", 40), ("tg4", 40)]
       and all(r["tps"] > 0 for r in rows), b.stdout)
+# -o md|csv|json|jsonl on every bench subcommand (llama-bench's convention); each names the CPU path
+# its kernels ran on and, unless skipped, the bounds it measured.
+doc = json.loads(run("bench", "-m", tiny, "-p", "16", "-n", "4", "-d", "0", "-r", "1", "-o", "json").stdout)
+check("bench -o json: one document with the run's CPU path, bounds and rows",
+      doc["run"]["cpu_path"] in ("avx512", "avx2", "neon", "sve", "generic") and doc["run"]["fma_peak_gflops"] > 0
+      and doc["run"]["read_bandwidth_gbs"] > 0 and [r["test"] for r in doc["tables"][0]["rows"]] == ["pp16", "tg4"],
+      json.dumps(doc)[:400])
+ac = run("bench", "attention", "--shapes", "tiny", "--contexts", "256", "-r", "1", "--skip-bounds", "-o", "csv").stdout
+ac_lines = [l for l in ac.splitlines() if l and not l.startswith("#")]
+check("bench attention -o csv: facts as comments, one header and one row per depth",
+      any(l.startswith("# attention_kernels,") for l in ac.splitlines()) and ac_lines[0].startswith("n,msa_chunk_ms,")
+      and len(ac_lines) == 2 and ac_lines[1].startswith("256,"), ac)
+mj = [json.loads(l) for l in run("bench", "matmul", "-m", "1,4", "-s", "64x96", "-r", "1", "--bandwidth-mib", "8",
+                                 "--stream-mib", "0", "-o", "jsonl").stdout.splitlines()]
+check("bench matmul -o jsonl: one object per row, with the kernels' path",
+      [r["m"] for r in mj] == [1, 4] and all(r["matmul_kernels"] and r["gflops"] > 0 for r in mj), str(mj)[:400])
+bad_o = run("bench", "matmul", "-o", "xml", ok=False)
+check("bench -o rejects an unknown format", bad_o.returncode != 0 and "xml" in bad_o.stderr, bad_o.stderr)
 bj = run("bench", "json", "-m", tiny, "-r", "1", ok=False)
 check("bench json: the sample answer's tokens stay allowed under the JSON mask",
       bj.returncode == 0 and "allowed tokens" in bj.stdout, bj.stdout + bj.stderr)

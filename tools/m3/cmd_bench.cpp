@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "m3/error.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "cache_type.h"
 #include "commands.h"
@@ -48,10 +49,11 @@ void register_bench(CLI::App& app) {
   struct Args {
     std::string model, depths = "0,16384,65536", cache_type = "f32", clock = "wall";
     int p = 512, n = 128, reps = 3, threads = 0, chunk = 512;
-    bool json = false;
+    std::string output = "md";
+    bool json = false, skip_bounds = false;
   };
   auto a = std::make_shared<Args>();
-  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: whole model (-m), `bench attention` or `bench matmul`");
+  CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: the whole model (-m DIR), or one of the subcommands below");
   cmd->require_subcommand(0, 1);
   cmd->add_option("-m,--model", a->model, "Model folder");
   cmd->add_option("-p,--prompt", a->p, "Prefill tokens per pp test")->capture_default_str()->check(CLI::PositiveNumber);
@@ -64,7 +66,9 @@ void register_bench(CLI::App& app) {
   cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->check(CLI::IsMember({"wall", "cpu"}))
       ->capture_default_str();
-  cmd->add_flag("--json", a->json, "Print JSON lines instead of a markdown table");
+  add_report_option(cmd, a->output);
+  cmd->add_flag("--json", a->json, "Same as -o jsonl (JSON lines; kept for scripts)");
+  cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
   register_bench_attention(cmd);
   register_bench_matmul(cmd);
   register_bench_batch(cmd);
@@ -73,16 +77,18 @@ void register_bench(CLI::App& app) {
   register_bench_json(cmd);
   cmd->callback([a, cmd] {
     if (!cmd->get_subcommands().empty()) return;  // a bench subcommand ran
-    M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (bench attention, bench matmul)");
+    M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (attention, matmul, batch, vision, libs, json)");
     const std::vector<long long> depths = parse_int_list(a->depths, "--depths");
     auto engine = Engine::load(a->model, a->threads);
     const int threads = engine->info().threads;
     const BenchClock clock{a->clock == "cpu", threads};
     const int V = engine->info().sample_vocab;
     auto token_at = [&](long long i) { return int32_t((i * 7919 + 13) % V); };  // arbitrary but fixed text
-    if (!a->json) {
-      std::printf("| model | threads | cache | test | depth | t/s |\n|---|---|---|---|---|---|\n");
-    }
+    BenchReport report(a->json ? ReportFormat::Jsonl : report_format_of(a->output));
+    report.machine_facts(threads, a->skip_bounds ? MachineBounds{} : measure_machine_bounds(threads, clock));
+    report.fact("clock", a->clock);
+    report.table("Whole model: pp = prefill of p tokens at depth d, tg = n decode steps at depth d",
+                 {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"}});
     // One sequence at a time; the prefix cache keeps the filled depth between runs (a run that
     // starts with the same tokens reuses them, and ending it keeps only the depth).
     BatchOptions bo;
@@ -143,17 +149,10 @@ void register_bench(CLI::App& app) {
       }, clock);
       const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
       const double pp_sd = pp_tps * pp.stddev / pp.mean, tg_sd = tg_tps * tg.stddev / tg.mean;
-      if (a->json) {
-        std::printf("{\"model\": \"%s\", \"threads\": %d, \"cache\": \"%s\", \"test\": \"pp%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
-                    a->model.c_str(), threads, a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
-        std::printf("{\"model\": \"%s\", \"threads\": %d, \"cache\": \"%s\", \"test\": \"tg%d\", \"depth\": %lld, \"tps\": %.2f, \"tps_sd\": %.2f}\n",
-                    a->model.c_str(), threads, a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
-      } else {
-        std::printf("| %s | %d | %s | pp%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), threads, a->cache_type.c_str(), a->p, d, pp_tps, pp_sd);
-        std::printf("| %s | %d | %s | tg%d | %lld | %.1f ± %.1f |\n", a->model.c_str(), threads, a->cache_type.c_str(), a->n, d, tg_tps, tg_sd);
-      }
-      std::fflush(stdout);
+      report.row({a->model, threads, a->cache_type, "pp" + std::to_string(a->p), d, Cell(pp_tps, "%.2f"), Cell(pp_sd, "%.2f")});
+      report.row({a->model, threads, a->cache_type, "tg" + std::to_string(a->n), d, Cell(tg_tps, "%.2f"), Cell(tg_sd, "%.2f")});
     }
+    report.finish();
   });
 }
 

@@ -11,6 +11,7 @@
 #include "attention/msa_attention.h"
 #include "m3/error.h"
 #include "base/machine_bounds.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "cache_type.h"
 #include "commands.h"
@@ -79,7 +80,7 @@ struct Point {
 
 void register_bench_attention(CLI::App* bench) {
   struct Args {
-    std::string cache_type = "f32", clock = "wall";
+    std::string cache_type = "f32", clock = "wall", output = "md";
     std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;
@@ -99,6 +100,7 @@ void register_bench_attention(CLI::App* bench) {
       ->check(CLI::IsMember({"wall", "cpu"}))
       ->capture_default_str();
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
+  add_report_option(cmd, a->output);
   cmd->callback([a] {
     ThreadPool pool(a->threads);
     const BenchClock clock{a->clock == "cpu", pool.size()};
@@ -111,8 +113,10 @@ void register_bench_attention(CLI::App* bench) {
       bw = measure_read_bandwidth(pool, size_t(1) << 30, 3, clock);
       peak = measure_fma_peak(pool, 3, clock);
     }
-    std::printf("threads %d, attention kernels %s, cache %s, %s clock, read bandwidth %.1f GB/s, fp32 FMA peak %.0f GFLOP/s\n\n",
-                pool.size(), attention_kernel_name(), a->cache_type.c_str(), a->clock.c_str(), bw, peak);
+    BenchReport report(report_format_of(a->output));
+    report.machine_facts(pool.size(), {bw, peak});
+    report.fact("cache", a->cache_type);
+    report.fact("clock", a->clock);
 
     size_t start = 0;
     while (start <= a->shapes.size()) {
@@ -121,11 +125,27 @@ void register_bench_attention(CLI::App* bench) {
       const AttnShape s = shape_named(a->shapes.substr(start, end - start));
       start = end + 1;
       const int C = a->chunk, G = s.kv_heads;
-      std::printf("## %s: %d query heads, %d KV heads, head_dim %d, index %dx%d, block %d, top-%d; prefill chunk %d rows\n\n",
-                  s.name.c_str(), s.q_heads, s.kv_heads, s.head_dim, G, s.index_dim, s.block, s.topk, C);
-      std::printf("| N | MSA chunk ms (index + attn) | dense chunk ms | prefill ratio | MSA decode ms | dense decode ms | decode ratio |"
-                  " index GFLOP/s | sparse attn GFLOP/s | dense GFLOP/s | MSA decode GB/s | decode bound ms |\n");
-      std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      char title[256];
+      std::snprintf(title, sizeof title,
+                    "%s: %d query heads, %d KV heads, head_dim %d, index %dx%d, block %d, top-%d; prefill chunk %d rows",
+                    s.name.c_str(), s.q_heads, s.kv_heads, s.head_dim, G, s.index_dim, s.block, s.topk, C);
+      report.table(title, {{"n", "N"},
+                           {"msa_chunk_ms", "MSA chunk ms"},
+                           {"msa_index_ms", "index ms"},
+                           {"msa_attn_ms", "attn ms"},
+                           {"dense_chunk_ms", "dense chunk ms"},
+                           {"prefill_ratio", "prefill ratio"},
+                           {"msa_decode_ms", "MSA decode ms"},
+                           {"dense_decode_ms", "dense decode ms"},
+                           {"decode_ratio", "decode ratio"},
+                           {"index_gflops", "index GFLOP/s"},
+                           {"sparse_attn_gflops", "sparse attn GFLOP/s"},
+                           {"dense_gflops", "dense GFLOP/s"},
+                           {"index_of_peak", "index % of peak"},
+                           {"sparse_attn_of_peak", "sparse attn % of peak"},
+                           {"msa_decode_gbs", "MSA decode GB/s"},
+                           {"decode_bound_ms", "decode bound ms"},
+                           {"dense_extrapolated", "dense extrapolated"}});
       std::vector<Point> pts;
       for (long long N : contexts) {
         KvCacheShape cs;
@@ -196,35 +216,42 @@ void register_bench_attention(CLI::App* bench) {
         // head against its group's selected keys, plus the index scan) takes longer than its bytes.
         const double decode_flops = 4.0 * Hq * hd * kb + 2.0 * G * s.index_dim * double(N);
         const double decode_bound_s = std::max(bw > 0 ? decode_bytes / (bw * 1e9) : 0.0, peak > 0 ? decode_flops / (peak * 1e9) : 0.0);
-        const char* x = p.dense_extrapolated ? "*" : "";
+        const double index_rate = index_flops / p.msa_index_s / 1e9, attn_rate = attn_flops / p.msa_attn_s / 1e9;
         // An extrapolated dense time says nothing about the kernel's rate: no GFLOP/s for it.
-        char dense_rate[32] = "–";
-        if (!p.dense_extrapolated) std::snprintf(dense_rate, sizeof dense_rate, "%.0f", dense_flops / p.dense_s / 1e9);
-        std::printf("| %lld | %.1f (%.1f + %.1f) | %.1f%s | %.1fx%s | %.3f | %.3f%s | %.1fx%s | %.0f | %.0f | %s | %.1f | %.3f |\n",
-                    N, 1e3 * (p.msa_index_s + p.msa_attn_s), 1e3 * p.msa_index_s, 1e3 * p.msa_attn_s, 1e3 * p.dense_s, x,
-                    p.dense_s / (p.msa_index_s + p.msa_attn_s), x, 1e3 * p.msa_decode_s, 1e3 * p.dense_decode_s, x,
-                    p.dense_decode_s / p.msa_decode_s, x, index_flops / p.msa_index_s / 1e9, attn_flops / p.msa_attn_s / 1e9,
-                    dense_rate, decode_bytes / p.msa_decode_s / 1e9, 1e3 * decode_bound_s);
-        std::fflush(stdout);
+        const Cell dense_rate = p.dense_extrapolated ? Cell("–") : Cell(dense_flops / p.dense_s / 1e9, "%.0f");
+        const Cell no_peak("–");
+        report.row({N, Cell(1e3 * (p.msa_index_s + p.msa_attn_s)), Cell(1e3 * p.msa_index_s), Cell(1e3 * p.msa_attn_s),
+                    Cell(1e3 * p.dense_s), Cell(p.dense_s / (p.msa_index_s + p.msa_attn_s), "%.1fx"),
+                    Cell(1e3 * p.msa_decode_s, "%.3f"), Cell(1e3 * p.dense_decode_s, "%.3f"),
+                    Cell(p.dense_decode_s / p.msa_decode_s, "%.1fx"), Cell(index_rate, "%.0f"), Cell(attn_rate, "%.0f"),
+                    dense_rate, peak > 0 ? Cell(100 * index_rate / peak, "%.0f%%") : no_peak,
+                    peak > 0 ? Cell(100 * attn_rate / peak, "%.0f%%") : no_peak,
+                    Cell(decode_bytes / p.msa_decode_s / 1e9, "%.1f"), Cell(1e3 * decode_bound_s, "%.3f"),
+                    p.dense_extrapolated ? "yes" : "no"});
       }
-      std::printf("\n* dense extrapolated linearly from the largest measured depth.\n\n");
+      if (contexts.back() > a->dense_max) report.note("Dense beyond --dense-max is extrapolated linearly from the largest measured depth.");
       if (pool.size() > G) {
-        std::printf("Decode attention (after selection), %d threads on %d KV groups: one task per group vs each group's"
-                    " blocks split across threads (log-sum-exp merge)\n\n", pool.size(), G);
-        std::printf("| N | MSA one task/group ms | MSA split ms | speedup | dense one task/group ms | dense split ms | speedup |\n");
-        std::printf("|---|---|---|---|---|---|---|\n");
+        char split_title[256];
+        std::snprintf(split_title, sizeof split_title,
+                      "%s: decode attention (after selection), %d threads on %d KV groups: one task per group vs each"
+                      " group's blocks split across threads (log-sum-exp merge)", s.name.c_str(), pool.size(), G);
+        report.table(split_title, {{"n", "N"},
+                                   {"msa_unsplit_ms", "MSA one task/group ms"},
+                                   {"msa_split_ms", "MSA split ms"},
+                                   {"msa_speedup", "speedup"},
+                                   {"dense_unsplit_ms", "dense one task/group ms"},
+                                   {"dense_split_ms", "dense split ms"},
+                                   {"dense_speedup", "speedup"}});
         for (const Point& p : pts) {
-          if (p.dense_unsplit_s > 0)
-            std::printf("| %lld | %.3f | %.3f | %.2fx | %.3f | %.3f | %.2fx |\n", p.n, 1e3 * p.msa_unsplit_s, 1e3 * p.msa_split_s,
-                        p.msa_unsplit_s / p.msa_split_s, 1e3 * p.dense_unsplit_s, 1e3 * p.dense_split_s,
-                        p.dense_unsplit_s / p.dense_split_s);
-          else
-            std::printf("| %lld | %.3f | %.3f | %.2fx | – | – | – |\n", p.n, 1e3 * p.msa_unsplit_s, 1e3 * p.msa_split_s,
-                        p.msa_unsplit_s / p.msa_split_s);
+          const bool dense = p.dense_unsplit_s > 0;
+          report.row({p.n, Cell(1e3 * p.msa_unsplit_s, "%.3f"), Cell(1e3 * p.msa_split_s, "%.3f"),
+                      Cell(p.msa_unsplit_s / p.msa_split_s, "%.2fx"), dense ? Cell(1e3 * p.dense_unsplit_s, "%.3f") : Cell("–"),
+                      dense ? Cell(1e3 * p.dense_split_s, "%.3f") : Cell("–"),
+                      dense ? Cell(p.dense_unsplit_s / p.dense_split_s, "%.2fx") : Cell("–")});
         }
-        std::printf("\n");
       }
     }
+    report.finish();
   });
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "m3/error.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "m3/batch.h"
@@ -18,6 +19,8 @@ void register_bench_batch(CLI::App* bench) {
     std::string model, batches = "1,2,4,8";
     long long depth = 0;
     int n = 32, reps = 3, threads = 0;
+    std::string output = "md";
+    bool skip_bounds = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("batch", "Batched decode: B sequences per forward pass (continuous batching)");
@@ -28,14 +31,22 @@ void register_bench_batch(CLI::App* bench) {
   cmd->add_option("-n,--gen", a->n, "Decode steps per repetition")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
+  add_report_option(cmd, a->output);
   cmd->callback([a] {
     std::vector<long long> batches = parse_int_list(a->batches, "--batches");
     auto engine = Engine::load(a->model, a->threads);
     const int V = engine->info().sample_vocab;
     auto token_at = [&](long long seq, long long i) { return int32_t((i * 7919 + seq * 104729 + 13) % V); };
-    std::printf("model %s, %d threads, depth %lld, %d decode steps per repetition\n\n", a->model.c_str(),
-                engine->info().threads, a->depth, a->n);
-    std::printf("| batch | ms per step | aggregate t/s | t/s per sequence | aggregate vs batch 1 |\n|---|---|---|---|---|\n");
+    const int threads = engine->info().threads;
+    BenchReport report(report_format_of(a->output));
+    report.machine_facts(threads, a->skip_bounds ? MachineBounds{} : measure_machine_bounds(threads, BenchClock{}));
+    report.fact("model", a->model);
+    report.fact("depth", a->depth);
+    report.fact("decode_steps", a->n);
+    report.table("Batched decode: B sequences, one forward pass per step",
+                 {{"batch", ""}, {"ms_per_step", "ms per step"}, {"aggregate_tps", "aggregate t/s"},
+                  {"tps_per_sequence", "t/s per sequence"}, {"vs_batch_1", "aggregate vs batch 1"}});
     double base = 0;
     for (long long B : batches) {
       M3_CHECK(B >= 1, "--batches: sizes must be >= 1");
@@ -76,10 +87,10 @@ void register_bench_batch(CLI::App* bench) {
       });
       const double agg = double(B) * a->n / t.median;
       if (base == 0) base = agg / double(B) * 1.0;
-      std::printf("| %lld | %.2f | %.1f | %.1f | %.2fx |\n", B, 1000.0 * t.median / a->n, agg, agg / double(B),
-                  base > 0 ? agg / base : 0.0);
-      std::fflush(stdout);
+      report.row({B, Cell(1000.0 * t.median / a->n, "%.2f"), Cell(agg), Cell(agg / double(B)),
+                  Cell(base > 0 ? agg / base : 0.0, "%.2fx")});
     }
+    report.finish();
   });
 }
 

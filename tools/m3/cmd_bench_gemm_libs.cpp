@@ -19,6 +19,7 @@
 #include "m3/dtype.h"
 #include "m3/error.h"
 #include "base/thread_pool.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "kernels/matmul.h"
@@ -72,6 +73,7 @@ void register_bench_gemm_libs(CLI::App* bench) {
   struct Args {
     std::string ms = "1,16,512", shapes = "4096x4096";
     int threads = 0, reps = 5;
+    std::string output = "md";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("libs", "Our bf16-weight matmul vs OpenBLAS sgemm and oneDNN bf16 (time and error)");
@@ -79,6 +81,7 @@ void register_bench_gemm_libs(CLI::App* bench) {
   cmd->add_option("-s,--shapes", a->shapes, "Weight shapes NxK, comma-separated")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  add_report_option(cmd, a->output);
   cmd->callback([a] {
 #if !defined(M3_HAVE_OPENBLAS) && !defined(M3_HAVE_DNNL)
     fail("bench libs: this m3 was built without OpenBLAS and oneDNN (install libopenblas-dev libdnnl-dev and rebuild)");
@@ -93,8 +96,11 @@ void register_bench_gemm_libs(CLI::App* bench) {
     dnnl::engine eng(dnnl::engine::kind::cpu, 0);
     dnnl::stream strm(eng);
 #endif
-    std::printf("threads %d; error = max |y - float64 x·Wᵀ| / max |y|, W as stored (bf16)\n\n", threads);
-    std::printf("| N×K | M | library | time ms | GFLOP/s | weight GB/s | max rel error |\n|---|---:|---|---:|---:|---:|---:|\n");
+    BenchReport report(report_format_of(a->output));
+    report.machine_facts(threads, measure_machine_bounds(threads, BenchClock{}));
+    report.table("Weight matmul against OpenBLAS and oneDNN; error = max |y - float64 x·Wᵀ| / max |y|, W as stored (bf16)",
+                 {{"shape", "N×K"}, {"m", "M"}, {"library", ""}, {"time_ms", "time ms"}, {"gflops", "GFLOP/s"},
+                  {"weight_gbs", "weight GB/s"}, {"max_rel_error", "max rel error"}});
     std::mt19937 rng(7);
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (const std::string& shape : [&] {
@@ -122,9 +128,8 @@ void register_bench_gemm_libs(CLI::App* bench) {
         for (auto& v : x) v = dist(rng);
         const double flops = 2.0 * double(M) * double(N) * double(K);
         auto row = [&](const char* name, double s, double err, double weight_bytes) {
-          std::printf("| %lldx%lld | %lld | %s | %.3f | %.0f | %.1f | %.1e |\n", (long long)N, (long long)K, M, name,
-                      1e3 * s, flops / s / 1e9, weight_bytes / s / 1e9, err);
-          std::fflush(stdout);
+          report.row({std::to_string(N) + "x" + std::to_string(K), M, name, Cell(1e3 * s, "%.3f"),
+                      Cell(flops / s / 1e9, "%.0f"), Cell(weight_bytes / s / 1e9), Cell(err, "%.1e")});
         };
         const double ours = median_seconds(a->reps, [&] { matmul(pool, x.data(), M, wm, y.data()); });
         row("ours (bf16 W, fp32 x)", ours, max_relative_error(x, w, M, N, K, y), 2.0 * N * K);
@@ -155,6 +160,7 @@ void register_bench_gemm_libs(CLI::App* bench) {
 #endif
       }
     }
+    report.finish();
 #endif
   });
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "m3/error.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "m3/chat/json_prefix.h"
 #include "commands.h"
@@ -19,11 +20,13 @@ void register_bench_json(CLI::App* bench) {
   struct Args {
     std::string model;
     int reps = 3;
+    std::string output = "md";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("json", "response_format json_object: vocabulary mask time per answer token");
   cmd->add_option("-m,--model", a->model, "Model folder or tokenizer.json")->required();
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  add_report_option(cmd, a->output);
   cmd->callback([a] {
     const auto tok = Tokenizer::from_file(tokenizer_path(a->model));
     const int V = tok->vocab_size();
@@ -51,9 +54,15 @@ void register_bench_json(CLI::App* bench) {
       M3_CHECK(json.complete(), "bench json: the sample is not a complete object");
     });
     const double steps = double(ids.size());
-    std::printf("| vocabulary | answer tokens | mask ms per token | allowed tokens per step (mean) |\n|---|---|---|---|\n");
-    std::printf("| %d | %zu | %.3f | %.0f (%.1f%%) |\n", V, ids.size(), 1e3 * t.median / steps, double(allowed) / steps,
-                100.0 * double(allowed) / steps / V);
+    // No kernels run here (the mask is string matching): the report's facts are the ones every bench prints.
+    BenchReport report(report_format_of(a->output));
+    report.machine_facts(1, {});
+    report.table("response_format json_object: the vocabulary mask per answer token",
+                 {{"vocabulary", ""}, {"answer_tokens", "answer tokens"}, {"mask_ms_per_token", "mask ms per token"},
+                  {"allowed_tokens_mean", "allowed tokens per step (mean)"}, {"allowed_share", "allowed %"}});
+    report.row({V, (long long)ids.size(), Cell(1e3 * t.median / steps, "%.3f"), Cell(double(allowed) / steps, "%.0f"),
+                Cell(100.0 * double(allowed) / steps / V, "%.1f%%")});
+    report.finish();
   });
 }
 

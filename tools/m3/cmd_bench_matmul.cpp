@@ -5,6 +5,7 @@
 // (flops / peak); each row prints the larger of the two bounds and how close the kernel gets.
 // Weights are cycled through enough copies that every repetition reads them from DRAM, as decode does.
 // Medians of --reps repetitions. M3_CPU=avx2|generic measures the other kernel paths.
+// Bench progress goes to stderr; the report (-o md|csv|json|jsonl) to stdout.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,6 +21,7 @@
 #include "m3/error.h"
 #include "base/machine_bounds.h"
 #include "base/thread_pool.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "kernels/matmul.h"
@@ -46,6 +48,7 @@ struct Options {
   int64_t bandwidth_mib = 1024;
   int64_t stream_mib = 256;  // weight copies cycled per shape, so that each repetition reads DRAM
   std::string clock = "wall";
+  std::string output = "md";
 };
 
 struct Row {
@@ -75,18 +78,15 @@ void run_bench(const Options& o) {
   ThreadPool pool(o.threads);
   M3_CHECK(o.clock == "wall" || o.clock == "cpu", "bench matmul: --clock is wall or cpu, not '", o.clock, "'");
   const BenchClock clock{o.clock == "cpu", pool.size()};
-  const CpuPath path = cpu_active_path();
   const int reps = std::max(1, o.reps);
-  std::printf("m3 bench matmul: kernels %s, %d threads, bf16 weights, median of %d, %s clock\n",
-              matmul_kernel_name(), pool.size(), reps, clock.cpu ? "cpu (process CPU time / threads)" : "wall");
-  std::fflush(stdout);
   // bytes/s and flop/s (machine_bounds reports GB/s and GFLOP/s, best of reps)
   const double bw = 1e9 * measure_read_bandwidth(pool, size_t(o.bandwidth_mib) << 20, reps, clock);
   const double peak = 1e9 * measure_fma_peak(pool, reps, clock);
-  std::printf("measured read bandwidth (%lld MiB streaming sum): %.1f GB/s\n", static_cast<long long>(o.bandwidth_mib),
-              bw / 1e9);
-  std::printf("measured fp32 FMA peak (%s, register-only): %.1f GFLOP/s\n\n", cpu_path_name(path), peak / 1e9);
-  std::fflush(stdout);
+  BenchReport report(report_format_of(o.output));
+  report.machine_facts(pool.size(), {bw / 1e9, peak / 1e9});
+  report.fact("weights", "bf16");
+  report.fact("reps", reps);
+  report.fact("clock", clock.cpu ? "cpu" : "wall");
 
   std::vector<Row> rows;
   std::mt19937 rng(7);
@@ -124,12 +124,13 @@ void run_bench(const Options& o) {
     }
   }
 
-  std::printf("| shape N×K | M | time ms | GFLOP/s | GB/s | bound | %% of bound |\n");
-  std::printf("|---|---:|---:|---:|---:|---|---:|\n");
+  report.table("Weight matmul y = x·Wᵀ (bf16 W), median of the repetitions, against the larger of its two bounds",
+               {{"shape", "shape N×K"}, {"m", "M"}, {"time_ms", "time ms"}, {"gflops", "GFLOP/s"}, {"gbs", "GB/s"},
+                {"bound", ""}, {"of_bound", "% of bound"}});
   for (const Row& r : rows)
-    std::printf("| %s | %lld | %.3f | %.1f | %.1f | %s | %.0f%% |\n", r.shape.c_str(), static_cast<long long>(r.M),
-                r.seconds * 1e3, r.gflops, r.gbs, r.compute_bound ? "FMA peak" : "bandwidth",
-                100.0 * r.bound_seconds / r.seconds);
+    report.row({r.shape, (long long)r.M, Cell(r.seconds * 1e3, "%.3f"), Cell(r.gflops), Cell(r.gbs),
+                r.compute_bound ? "FMA peak" : "bandwidth", Cell(100.0 * r.bound_seconds / r.seconds, "%.0f%%")});
+  report.finish();
 }
 
 }  // namespace
@@ -149,6 +150,7 @@ void register_bench_matmul(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("--clock", opts->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->capture_default_str();
+  add_report_option(cmd, opts->output);
   cmd->callback([opts] { run_bench(*opts); });
 }
 

@@ -16,6 +16,7 @@
 
 #include "m3/error.h"
 #include "base/machine_bounds.h"
+#include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
 #include "fixtures/random_checkpoint.h"
@@ -57,6 +58,7 @@ void register_bench_vision(CLI::App* bench) {
   struct Args {
     int threads = 0, reps = 3, video_seconds = 20;
     bool skip_m3 = false;
+    std::string output = "md";
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("vision", "Vision tower patches/s, one M3-shaped ViT layer, video decode");
@@ -65,6 +67,7 @@ void register_bench_vision(CLI::App* bench) {
   cmd->add_option("--video-seconds", a->video_seconds, "Length of the generated 30 fps clip")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_flag("--skip-m3-layer", a->skip_m3, "Skip the M3-shaped layer (slowest part)");
+  add_report_option(cmd, a->output);
   cmd->callback([a] {
     ThreadPool pool(a->threads);
     const std::string dir =
@@ -74,19 +77,21 @@ void register_bench_vision(CLI::App* bench) {
       std::string d;
       ~Cleanup() { std::filesystem::remove_all(d); }
     } cleanup{dir};
-    std::printf("threads %d\n\n", pool.size());
+    const double peak = measure_fma_peak(pool);
+    BenchReport report(report_format_of(a->output));
+    report.machine_facts(pool.size(), {0, peak});
 
     const vision::PixelValues pv = random_image_pixels(672);
     const int64_t N = pv.rows, merged = pv.merged_tokens();
-    std::printf("| tower | vision hidden × layers | patches | time s | patches/s | merged tokens/s |\n"
-                "|---|---|---:|---:|---:|---:|\n");
+    report.table("Vision tower, one 672x672 image", {{"tower", ""}, {"hidden_x_layers", "vision hidden × layers"},
+                                                   {"patches", ""}, {"time_s", "time s"}, {"patches_per_s", "patches/s"},
+                                                   {"merged_tokens_per_s", "merged tokens/s"}});
     for (const char* preset : {"tiny-vl", "small-vl"}) {
       const ModelConfig cfg = preset_config(preset, 600);
       RandomTower t(cfg, dir, pool);
       const Timing tm = time_runs(a->reps, 1, [&] { t.tower->forward(pv); });
-      std::printf("| %s | %d × %d | %lld | %.3f | %.0f | %.0f |\n", preset, cfg.vision->hidden_size,
-                  cfg.vision->num_hidden_layers, (long long)N, tm.median, N / tm.median, merged / tm.median);
-      std::fflush(stdout);
+      report.row({preset, std::to_string(cfg.vision->hidden_size) + " × " + std::to_string(cfg.vision->num_hidden_layers),
+                  (long long)N, Cell(tm.median, "%.3f"), Cell(N / tm.median, "%.0f"), Cell(merged / tm.median, "%.0f")});
     }
 
     if (!a->skip_m3) {
@@ -97,19 +102,18 @@ void register_bench_vision(CLI::App* bench) {
       cfg.vision->num_hidden_layers = 1;
       cfg.projector_hidden_size = 64;  // the projector/merger are not timed here
       RandomTower t(cfg, dir, pool);
-      const double peak = measure_fma_peak(pool);
       const Timing tm = time_runs(a->reps, 1, [&] { t.tower->encode(pv.data.data(), pv.rows, pv.cols, pv.grid); });
       // FLOPs: patch GEMM 2·N·1176·1280; q,k,v,out 4·2·N·1280²; fc1+fc2 2·2·N·1280·5120; scores and
       // weighted sum 2·2·N²·1280 (one segment of N rows).
       const double n = double(N), h = 1280, i = 5120;
       const double gemm = 2 * n * 1176 * h + 8 * n * h * h + 4 * n * h * i, attn = 4 * n * n * h;
       const double gflops = (gemm + attn) / tm.median / 1e9;
-      std::printf("\n| M3 ViT layer (1280, 16×80, MLP 5120) | patches | GFLOP | time s | GFLOP/s | fp32 FMA peak | %% of peak |\n"
-                  "|---|---:|---:|---:|---:|---:|---:|\n");
-      std::printf("| patch embed + pre-LN + 1 layer | %lld | %.1f (GEMMs %.1f, attention %.1f) | %.3f | %.1f | %.0f | %.1f%% |\n",
-                  (long long)N, (gemm + attn) / 1e9, gemm / 1e9, attn / 1e9, tm.median, gflops, peak,
-                  100 * gflops / peak);
-      std::fflush(stdout);
+      report.table("M3 ViT layer (1280, 16×80, MLP 5120)",
+                   {{"part", ""}, {"patches", ""}, {"gflop", "GFLOP"}, {"gemm_gflop", "GEMMs GFLOP"},
+                    {"attention_gflop", "attention GFLOP"}, {"time_s", "time s"}, {"gflops", "GFLOP/s"},
+                    {"of_peak", "% of peak"}});
+      report.row({"patch embed + pre-LN + 1 layer", (long long)N, Cell((gemm + attn) / 1e9), Cell(gemm / 1e9),
+                  Cell(attn / 1e9), Cell(tm.median, "%.3f"), Cell(gflops), Cell(100 * gflops / peak, "%.1f%%")});
 
       // The attention alone (16 heads x 80, one segment of N rows): plain per-row loop vs tiled.
       std::vector<float> q(size_t(N) * 1280), k(q.size()), v(q.size()), o(q.size());
@@ -122,13 +126,12 @@ void register_bench_vision(CLI::App* bench) {
       // The plain path is single-threaded; one head of it, scaled to 16 and divided by the threads.
       const Timing tp = time_runs(1, 0, [&] { vision::vision_attention_ref(q.data(), k.data(), v.data(), N, 1, 80, seg, o.data()); });
       const double plain = tp.median * 16 / pool.size();
-      std::printf("\n| attention 16×80, %lld rows | GFLOP | time s | GFLOP/s | %% of peak |\n|---|---:|---:|---:|---:|\n",
-                  (long long)N);
-      std::printf("| tiled (vision_attention) | %.1f | %.3f | %.1f | %.1f%% |\n", attn / 1e9, tt.median,
-                  attn / tt.median / 1e9, 100 * attn / tt.median / 1e9 / peak);
-      std::printf("| plain per-row loop (1 head timed, ×16 / threads) | %.1f | %.3f | %.1f | %.1f%% |\n", attn / 1e9,
-                  plain, attn / plain / 1e9, 100 * attn / plain / 1e9 / peak);
-      std::fflush(stdout);
+      report.table("Vision attention 16×80, " + std::to_string(N) + " rows",
+                   {{"kernel", ""}, {"gflop", "GFLOP"}, {"time_s", "time s"}, {"gflops", "GFLOP/s"}, {"of_peak", "% of peak"}});
+      report.row({"tiled (vision_attention)", Cell(attn / 1e9), Cell(tt.median, "%.3f"), Cell(attn / tt.median / 1e9),
+                  Cell(100 * attn / tt.median / 1e9 / peak, "%.1f%%")});
+      report.row({"plain per-row loop (1 head timed, ×16 / threads)", Cell(attn / 1e9), Cell(plain, "%.3f"),
+                  Cell(attn / plain / 1e9), Cell(100 * attn / plain / 1e9 / peak, "%.1f%%")});
     }
 
     const std::string clip = dir + "/clip.mp4";
@@ -140,10 +143,15 @@ void register_bench_vision(CLI::App* bench) {
       const vision::VideoSource src = vision::VideoSource::open_file(clip);
       sampled = vision::preprocess_video(src).indices.size();
     });
-    std::printf("\n| video | source frames | sampled | time s | source frames/s | sampled frames/s |\n"
-                "|---|---:|---:|---:|---:|---:|\n");
-    std::printf("| H.264 %dx%d %d fps, %d s: open + count + decode + sample + resize + patchify | %d | %zu | %.3f | %.0f | %.1f |\n",
-                W, H, fps, a->video_seconds, frames, sampled, tv.median, frames / tv.median, sampled / tv.median);
+    report.table("Video decode and preprocessing", {{"video", ""}, {"source_frames", "source frames"}, {"sampled", ""},
+                                                   {"time_s", "time s"}, {"source_fps", "source frames/s"},
+                                                   {"sampled_fps", "sampled frames/s"}});
+    char what[160];
+    std::snprintf(what, sizeof what, "H.264 %dx%d %d fps, %d s: open + count + decode + sample + resize + patchify", W,
+                  H, fps, a->video_seconds);
+    report.row({what, frames, (long long)sampled, Cell(tv.median, "%.3f"), Cell(frames / tv.median, "%.0f"),
+                Cell(sampled / tv.median)});
+    report.finish();
   });
 }
 
