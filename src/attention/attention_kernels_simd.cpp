@@ -418,7 +418,9 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
       vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(df, size_t(n)), x, lowest));
     }
     const float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
-    const float corr = expf(m[h] - mx);  // m = -inf on the first block: corr = 0
+    // The same polynomial as the weights (no libm call per head and block); m = -inf on the first
+    // block gives e^-87, against l = 0 and o = 0, and an unchanged maximum gives exactly 1.
+    const float corr = hn::GetLane(Exp(df, hn::Set(df, m[h] - mx)));
     const VF vm = hn::Set(df, mx);
     // The sum in 16 fixed lanes (key t adds to lane t % 16) whatever N is (4, 8 or 16), reduced
     // in a fixed order: the same bits on every vector width.
@@ -440,6 +442,7 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
     }
     l[h] = l[h] * corr + SumOf16Lanes(lanes);
     m[h] = mx;
+    if (corr == 1.0f) continue;  // o * 1 is o
     const VF vc = hn::Set(df, corr);
     float* oh = o + int64_t(h) * hd;
     int d = 0;
