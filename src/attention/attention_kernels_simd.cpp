@@ -420,7 +420,7 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
     const float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
     // The same polynomial as the weights (no libm call per head and block); m = -inf on the first
     // block gives e^-87, against l = 0 and o = 0, and an unchanged maximum gives exactly 1.
-    const float corr = hn::GetLane(Exp(df, hn::Set(df, m[h] - mx)));
+    const float corr = mx == m[h] ? 1.0f : hn::GetLane(Exp(df, hn::Set(df, m[h] - mx)));  // Exp(0) is exactly 1
     const VF vm = hn::Set(df, mx);
     // The sum in 16 fixed lanes (key t adds to lane t % 16) whatever N is (4, 8 or 16), reduced
     // in a fixed order: the same bits on every vector width.

@@ -203,15 +203,18 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   // leaves at least two tasks per thread. Measured in docs/BENCHMARKS.md §1.
   const int64_t tile_rows = std::clamp<int64_t>(run.rows * G / (2 * int64_t(pool.size())), 8, 128);
   const int64_t tiles = (run.rows + tile_rows - 1) / tile_rows;
+  // Rows per kernel call when consecutive rows share a whole block: a score buffer of ~16 KiB.
+  const int64_t batch_rows = std::max<int64_t>(1, 4096 / (int64_t(Hg) * B));
 
   pool.parallel_for(tiles * G, [&](int64_t t0, int64_t t1) {
     const size_t per_row = static_cast<size_t>(Hg) * hd;
-    std::vector<float> q(size_t(tile_rows) * per_row), S(static_cast<size_t>(Hg) * B);
+    std::vector<float> q(size_t(tile_rows) * per_row), S(size_t(batch_rows) * Hg * B);
     std::vector<float> m(static_cast<size_t>(tile_rows * Hg)), l(static_cast<size_t>(tile_rows * Hg));
     // Per row: entries of its list done, and the fold of its finished segments (M, L, O); the
-    // current segment's state is m, l and the row's rows of `out`.
+    // current segment's state is m, l and the row's accumulators in `acc` (rows next to each other,
+    // so that a run of rows is one batch of query heads for the kernels).
     std::vector<int32_t> done(static_cast<size_t>(tile_rows));
-    std::vector<float> M(m.size()), L(m.size()), O(size_t(tile_rows) * per_row);
+    std::vector<float> M(m.size()), L(m.size()), O(size_t(tile_rows) * per_row), acc(O.size());
     std::vector<uint64_t> uses;  // (block << 32 | row) of every block use in the tile, ascending
     const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
     for (int64_t task = t0; task < t1; ++task) {
@@ -234,9 +237,8 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
       for (int64_t i = 0; i < nr; ++i) {
         const float* qg = run.q + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
         for (size_t e = 0; e < per_row; ++e) q[i * per_row + e] = qg[e] * scale;
-        float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
-        std::fill(o, o + per_row, 0.0f);
       }
+      std::fill(acc.begin(), acc.end(), 0.0f);
       std::fill(m.begin(), m.end(), -INFINITY);
       std::fill(l.begin(), l.end(), 0.0f);
       std::fill(M.begin(), M.end(), -INFINITY);
@@ -265,18 +267,33 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
           next_v = cache.v_block(layer, nb, g).data;
         }
         // kT, v: float or uint16_t (bf16) pages; the kernels widen bf16 on load.
+        auto row_of = [&](size_t k) { return int64_t(uses[k] & 0xffffffffu); };
+        auto keys_of = [&](int64_t i) {  // causal inside the local block
+          return int(std::min<int64_t>(B, run.first_pos + r0 + i + 1 - b * B));
+        };
+        // A run of consecutive rows that all see the whole block is one call per kernel with their
+        // query heads stacked (q, m, l and acc rows are adjacent): the tiny preset's blocks hold
+        // 2 heads x 16 keys per row, too little work for a call. Every output is still its own
+        // chain in the same order, so the batching changes no bits.
         auto attend_block = [&](const auto* kT, const auto* v) {
-          for (size_t k = u; k < end; ++k) {
-            const int64_t i = int64_t(uses[k] & 0xffffffffu);
-            const int64_t pos = run.first_pos + r0 + i;
-            const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
-            float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
-            if (done[size_t(i)] > 0 && done[size_t(i)] % seg == 0) fold_row(i, o);  // a new segment
-            ++done[size_t(i)];
-            qk_scores(q.data() + i * per_row, Hg, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
-            softmax_block_update(S.data(), Hg, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-            pv_accumulate(S.data(), Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
+          for (size_t k = u; k < end;) {
+            const int64_t i = row_of(k);
+            const int n_keys = keys_of(i);
+            size_t e = k + 1;
+            if (n_keys == B)
+              while (e < end && int64_t(e - k) < batch_rows && row_of(e) == row_of(e - 1) + 1 && keys_of(row_of(e)) == B) ++e;
+            for (size_t kk = k; kk < e; ++kk) {
+              const int64_t r = row_of(kk);
+              if (done[size_t(r)] > 0 && done[size_t(r)] % seg == 0) fold_row(r, acc.data() + r * per_row);  // a new segment
+              ++done[size_t(r)];
+            }
+            const int heads = int(e - k) * Hg;
+            float* o = acc.data() + i * per_row;
+            qk_scores(q.data() + i * per_row, heads, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
+            softmax_block_update(S.data(), heads, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
+            pv_accumulate(S.data(), heads, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
             next_k = next_v = nullptr;  // requested once per tile
+            k = e;
           }
         };
         const CachePageView kT = cache.k_block_t(layer, b, g), v = cache.v_block(layer, b, g);
@@ -285,15 +302,16 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         u = end;
       }
       for (int64_t i = 0; i < nr; ++i) {
-        float* o = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
+        float* o = acc.data() + i * per_row;
         const float* denom = l.data() + i * Hg;
         if (done[size_t(i)] > seg) {  // several segments: fold the last one, the result is O / L
           fold_row(i, o);
-          std::copy(O.data() + i * per_row, O.data() + (i + 1) * per_row, o);
+          o = O.data() + i * per_row;
           denom = L.data() + i * Hg;
         }
+        float* dst = out + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
         for (int h = 0; h < Hg; ++h)
-          for (int d = 0; d < hd; ++d) o[h * hd + d] /= denom[h];
+          for (int d = 0; d < hd; ++d) dst[h * hd + d] = o[h * hd + d] / denom[h];
       }
     }
   });
