@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on its built-in default: install packages, build, write the `tiny` checkpoint if it
-# is missing, and generate from a prompt of ~38K tokens (this repo's docs, six times), long enough that every MSA layer
+# is missing, and generate from a prompt of ~93K tokens (this repo's docs, six times), long enough that every MSA layer
 # attends to 4 of its 2,000+ visible blocks. Prints prefill and decode tokens/s at the end.
 # The weights are random, so the generated text is noise: this shows the machinery and its speed.
 set -euo pipefail

@@ -158,6 +158,16 @@ HWY_INLINE VF Pick(VF v0, VF v1, VF v2, VF v3) {
   else return v3;
 }
 
+// The k-th of sixteen vectors, chosen at compile time (k < 16).
+template <int k>
+HWY_INLINE VF Pick16(VF v0, VF v1, VF v2, VF v3, VF v4, VF v5, VF v6, VF v7, VF v8, VF v9, VF v10, VF v11, VF v12,
+                     VF v13, VF v14, VF v15) {
+  if constexpr (k < 4) return Pick<k>(v0, v1, v2, v3);
+  else if constexpr (k < 8) return Pick<k - 4>(v4, v5, v6, v7);
+  else if constexpr (k < 12) return Pick<k - 8>(v8, v9, v10, v11);
+  else return Pick<k - 12>(v12, v13, v14, v15);
+}
+
 // Scores of Q queries (rows of q, stride dim) against the V·N keys from kT + t0; `avail` of them
 // are valid (kTail: fewer than V·N, the lanes past them are masked to 0; every row of kT must
 // still be readable to V·N keys from t0). Calls sink(i, V, v0, v1, v2, v3) for each query with
@@ -187,45 +197,14 @@ HWY_NOINLINE void QkTile(const float* q, int dim, const T* kT, int kt_stride, in
 #undef M3_QK_FMA
   }
   // Row i's vectors are acc(i·V + j); the ones past V are not read by the sink.
-  auto row = [&](int i, VF r0, VF r1, VF r2, VF r3) { sink(i, V, r0, r1, r2, r3); };
-  if constexpr (V == 1) {
-    row(0, acc0, acc0, acc0, acc0);
-    if constexpr (Q > 1) row(1, acc1, acc1, acc1, acc1);
-    if constexpr (Q > 2) row(2, acc2, acc2, acc2, acc2);
-    if constexpr (Q > 3) row(3, acc3, acc3, acc3, acc3);
-    if constexpr (Q > 4) row(4, acc4, acc4, acc4, acc4);
-    if constexpr (Q > 5) row(5, acc5, acc5, acc5, acc5);
-    if constexpr (Q > 6) row(6, acc6, acc6, acc6, acc6);
-    if constexpr (Q > 7) row(7, acc7, acc7, acc7, acc7);
-    if constexpr (Q > 8) row(8, acc8, acc8, acc8, acc8);
-    if constexpr (Q > 9) row(9, acc9, acc9, acc9, acc9);
-    if constexpr (Q > 10) row(10, acc10, acc10, acc10, acc10);
-    if constexpr (Q > 11) row(11, acc11, acc11, acc11, acc11);
-    if constexpr (Q > 12) row(12, acc12, acc12, acc12, acc12);
-    if constexpr (Q > 13) row(13, acc13, acc13, acc13, acc13);
-    if constexpr (Q > 14) row(14, acc14, acc14, acc14, acc14);
-    if constexpr (Q > 15) row(15, acc15, acc15, acc15, acc15);
-  } else if constexpr (V == 2) {
-    row(0, acc0, acc1, acc1, acc1);
-    if constexpr (Q > 1) row(1, acc2, acc3, acc3, acc3);
-    if constexpr (Q > 2) row(2, acc4, acc5, acc5, acc5);
-    if constexpr (Q > 3) row(3, acc6, acc7, acc7, acc7);
-    if constexpr (Q > 4) row(4, acc8, acc9, acc9, acc9);
-    if constexpr (Q > 5) row(5, acc10, acc11, acc11, acc11);
-    if constexpr (Q > 6) row(6, acc12, acc13, acc13, acc13);
-    if constexpr (Q > 7) row(7, acc14, acc15, acc15, acc15);
-  } else if constexpr (V == 3) {
-    row(0, acc0, acc1, acc2, acc2);
-    if constexpr (Q > 1) row(1, acc3, acc4, acc5, acc5);
-    if constexpr (Q > 2) row(2, acc6, acc7, acc8, acc8);
-    if constexpr (Q > 3) row(3, acc9, acc10, acc11, acc11);
-    if constexpr (Q > 4) row(4, acc12, acc13, acc14, acc14);
-  } else {
-    row(0, acc0, acc1, acc2, acc3);
-    if constexpr (Q > 1) row(1, acc4, acc5, acc6, acc7);
-    if constexpr (Q > 2) row(2, acc8, acc9, acc10, acc11);
-    if constexpr (Q > 3) row(3, acc12, acc13, acc14, acc15);
-  }
+#define M3_ALL_ACC acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, acc8, acc9, acc10, acc11, acc12, acc13, acc14, acc15
+#define M3_ROW_VEC(i, j) Pick16<i * V + (j < V ? j : 0)>(M3_ALL_ACC)
+#define M3_QK_ROW(i) \
+  if constexpr (i < Q) sink(i, V, M3_ROW_VEC(i, 0), M3_ROW_VEC(i, 1), M3_ROW_VEC(i, 2), M3_ROW_VEC(i, 3));
+  M3_ACC16(M3_QK_ROW)
+#undef M3_QK_ROW
+#undef M3_ROW_VEC
+#undef M3_ALL_ACC
 }
 
 // Q queries against the keys [t0, n_keys) where a full-width load would leave the rows of kT (a
@@ -298,15 +277,29 @@ HWY_INLINE void QkRows(const float* q, int nq, int dim, const T* kT, int kt_stri
   rows(TileRows<1>{});
 }
 
-// Tiles of up to 4 key vectors, fewer when the block has fewer keys (small blocks get taller tiles).
+// Key vectors per tile: up to 4, fewer when the block has fewer keys (small blocks get taller
+// tiles of kMaxAcc / V queries).
+constexpr int kWide = kMaxAcc >= 16 ? 4 : 2;  // AVX2: 4 queries x 2 vectors fill its 8 accumulators
+HWY_INLINE int TileVectors(int n_keys) {
+  const int N = int(hn::Lanes(DF()));
+  const int vecs = (n_keys + N - 1) / N;
+  return vecs >= kWide ? kWide : vecs >= 2 ? 2 : 1;
+}
+
+// Inner-loop steps of a q·k call, at most: the prefetch is spread over them, so an overestimate
+// would leave the end of the next page unrequested.
+HWY_INLINE int64_t QkSteps(int nq, int dim, int n_keys) {
+  const int N = int(hn::Lanes(DF()));
+  const int V = TileVectors(n_keys), Q = kMaxAcc / V;
+  return int64_t(dim) * (nq > Q ? nq / Q : 1) * (n_keys > V * N ? n_keys / (V * N) : 1);
+}
+
 template <typename T, class Sink>
 HWY_INLINE void QkForTiles(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
                            Prefetch& pf) {
-  const int N = int(hn::Lanes(DF()));
-  const int vecs = (n_keys + N - 1) / N;
-  constexpr int kWide = kMaxAcc >= 16 ? 4 : 2;  // AVX2: 4 queries x 2 vectors fill its 8 accumulators
-  if (vecs >= kWide) QkRows<kMaxAcc / kWide, kWide>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
-  else if (vecs >= 2) QkRows<kMaxAcc / 2, 2>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  const int V = TileVectors(n_keys);
+  if (V == kWide) QkRows<kMaxAcc / kWide, kWide>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  else if (V == 2) QkRows<kMaxAcc / 2, 2>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
   else QkRows<kMaxAcc, 1>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
 }
 
@@ -357,8 +350,7 @@ struct MaxFold {
 template <typename T>
 void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
               const void* pf_region, size_t pf_bytes) {
-  const int N = int(hn::Lanes(DF()));
-  Prefetch pf(pf_region, pf_bytes, int64_t(dim) * ((nq + 3) / 4) * ((n_keys + 2 * N - 1) / (2 * N)));
+  Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
   ScoreStore store{S, ld, n_keys};
   QkForTiles(q, nq, dim, kT, kt_stride, n_keys, store, pf);
 }
@@ -366,8 +358,7 @@ void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n
 template <typename T>
 void QkBlockMax(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out,
                 const void* pf_region, size_t pf_bytes) {
-  const int N = int(hn::Lanes(DF()));
-  Prefetch pf(pf_region, pf_bytes, int64_t(dim) * ((nq + 3) / 4) * ((n_keys + 2 * N - 1) / (2 * N)));
+  Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
   for (int i = 0; i < nq; ++i) out[i] = -HUGE_VALF;
   MaxFold fold{out, n_keys};
   QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
@@ -530,7 +521,8 @@ void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int
   const DF df;
   const int N = int(hn::Lanes(df));
   constexpr int V4 = kMaxAcc / 4, V3 = Min(4, kMaxAcc / 3), V2 = Min(4, kMaxAcc / 2);
-  Prefetch pf(pf_region, pf_bytes, int64_t(n_keys) * ((heads + 3) / 4) * ((hd + V4 * N - 1) / (V4 * N)));
+  // Steps at most (see QkSteps): n_keys per (head tile, dim tile).
+  Prefetch pf(pf_region, pf_bytes, int64_t(n_keys) * (heads > 4 ? heads / 4 : 1) * (hd > V4 * N ? hd / (V4 * N) : 1));
   int h = 0;
   for (; h + 4 <= heads; h += 4) PvHeads<4, V4>(df, P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd, pf);
   const float* Ph = P + int64_t(h) * ld;

@@ -111,6 +111,25 @@ TEST(AttentionKernels, ScoresAndBlockMaxMatchDotProducts) {
       }
 }
 
+namespace {
+
+// softmax(s) · v in float64 for `heads` rows of `total` scores (row stride total) and v (total, hd).
+std::vector<double> softmax_pv_reference(const std::vector<float>& s_all, const std::vector<float>& v, int heads,
+                                         int total, int hd) {
+  std::vector<double> out(size_t(heads) * hd);
+  for (int h = 0; h < heads; ++h) {
+    double mx = -1e300, sum = 0;
+    for (int t = 0; t < total; ++t) mx = std::max(mx, double(s_all[size_t(h * total + t)]));
+    std::vector<double> w(static_cast<size_t>(total));
+    for (int t = 0; t < total; ++t) sum += w[size_t(t)] = std::exp(s_all[size_t(h * total + t)] - mx);
+    for (int d = 0; d < hd; ++d)
+      for (int t = 0; t < total; ++t) out[size_t(h * hd + d)] += w[size_t(t)] / sum * v[size_t(t * hd + d)];
+  }
+  return out;
+}
+
+}  // namespace
+
 TEST(AttentionKernels, OnlineSoftmaxOverBlocksEqualsOneSoftmax) {
   std::mt19937 rng(11);
   for (int hd : {16, 32, 128, 12}) {
@@ -129,17 +148,9 @@ TEST(AttentionKernels, OnlineSoftmaxOverBlocksEqualsOneSoftmax) {
       pv_accumulate(S.data(), heads, B, n, v_all.data() + size_t(off) * hd, hd, o.data());
       off += n;
     }
-    for (int h = 0; h < heads; ++h) {
-      double mx = -1e300, sum = 0;
-      for (int t = 0; t < total; ++t) mx = std::max(mx, double(s_all[size_t(h * total + t)]));
-      std::vector<double> w(static_cast<size_t>(total));
-      for (int t = 0; t < total; ++t) sum += w[size_t(t)] = std::exp(s_all[size_t(h * total + t)] - mx);
-      for (int d = 0; d < hd; ++d) {
-        double ref = 0;
-        for (int t = 0; t < total; ++t) ref += w[size_t(t)] / sum * v_all[size_t(t * hd + d)];
-        EXPECT_NEAR(o[size_t(h * hd + d)] / l[size_t(h)], ref, 2e-5) << "hd " << hd;
-      }
-    }
+    const std::vector<double> ref = softmax_pv_reference(s_all, v_all, heads, total, hd);
+    for (int h = 0; h < heads; ++h)
+      for (int d = 0; d < hd; ++d) EXPECT_NEAR(o[size_t(h * hd + d)] / l[size_t(h)], ref[size_t(h * hd + d)], 2e-5) << "hd " << hd;
   }
 }
 
@@ -326,17 +337,10 @@ void check_every_path(uint32_t seed) {
           last_S = S;
           const std::string where = std::string(cpu_path_name(p)) + " hd " + std::to_string(hd) + " heads " +
                                     std::to_string(heads) + " blocks " + std::to_string(blocks.size());
-          for (int h = 0; h < heads; ++h) {
-            double mx = -1e300, sum = 0;
-            for (int t = 0; t < total; ++t) mx = std::max(mx, double(s_all[size_t(h * total + t)]));
-            std::vector<double> w(static_cast<size_t>(total));
-            for (int t = 0; t < total; ++t) sum += w[size_t(t)] = std::exp(s_all[size_t(h * total + t)] - mx);
-            for (int d = 0; d < hd; ++d) {
-              double ref = 0;
-              for (int t = 0; t < total; ++t) ref += w[size_t(t)] / sum * v_wide[size_t(t * hd + d)];
-              ASSERT_NEAR(o[size_t(h * hd + d)] / l[size_t(h)], ref, 2e-5) << where;
-            }
-          }
+          const std::vector<double> ref = softmax_pv_reference(s_all, v_wide, heads, total, hd);
+          for (int h = 0; h < heads; ++h)
+            for (int d = 0; d < hd; ++d)
+              ASSERT_NEAR(o[size_t(h * hd + d)] / l[size_t(h)], ref[size_t(h * hd + d)], 2e-5) << where;
           if (p == CpuPath::Generic) continue;
           if (simd_o.empty()) {
             simd_o = o;
