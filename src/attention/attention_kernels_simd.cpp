@@ -11,6 +11,10 @@
 // register width. So avx2, avx512, neon and sve give identical results; the generic (plain C++)
 // path differs from them by rounding only (no fused multiply-add, libm's exp).
 //
+// Compiled with -ffp-contract=off (CMakeLists.txt): the only fused multiply-adds are the explicit
+// MulAdd calls, so the compiler cannot fuse a product and a sum on one target and not another
+// (it did, for the softmax denominator, between NEON and SVE).
+//
 // Any head size: keys are vectorised along the block and the head dims along the row, with the
 // last, partial vector of each loaded and stored under a mask (or through a small buffer where a
 // full-width access could leave the caller's arrays), outside the hot loop where it can be.
@@ -446,8 +450,8 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
 // A tile is H heads (H <= 4) × V vectors of head dims from d0 (V <= 4, H·V <= kMaxAcc).
 
 // o[h][d0, d0 + V·N) += Σ_t P[h][t] · v[t][d0, ...), `avail` of those dims valid (kTail: fewer than
-// V·N). v rows are hd apart, so a full-width load of a partial vector in row t < n_keys - 1 stays
-// inside row t + 1; the last row's partial vectors and the output's go through buffers.
+// V·N). v rows are hd apart, so a full-width load of a partial vector reads into the next rows;
+// where that would leave v's n_keys rows, and for the output, partial vectors go through buffers.
 template <int H, int V, bool kTail, typename T>
 HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, int hd, int d0, int avail, float* o,
                        Prefetch& pf) {
@@ -461,8 +465,13 @@ HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, 
   }
   M3_ACC16(M3_LOAD_O)
 #undef M3_LOAD_O
-  // kTail: the rows before the last load full width (the lanes past avail are never stored).
-  const int full_rows = kTail ? n_keys - 1 : n_keys;
+  // kTail: the rows whose full-width loads stay inside v's n_keys rows load full width (the lanes
+  // past avail are never stored); the last ones, whose loads would leave v, go through buffers.
+  int full_rows = n_keys;
+  if (kTail) {
+    const int64_t limit = int64_t(n_keys) * hd - d0 - int64_t(V) * N;  // full width is safe for t·hd <= limit
+    full_rows = limit < 0 ? 0 : int(limit / hd + 1 < n_keys ? limit / hd + 1 : n_keys);
+  }
   auto step = [&](int t, auto load) HWY_ATTR {
     pf.Step();
     const T* vt = v + int64_t(t) * hd + d0;
@@ -476,8 +485,8 @@ HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, 
 #undef M3_PV_FMA
   };
   for (int t = 0; t < full_rows; ++t) step(t, [&](const T* p, int j) HWY_ATTR { return LoadWide(df, p + j * N); });
-  if (kTail && n_keys > 0)
-    step(n_keys - 1, [&](const T* p, int j) HWY_ATTR {
+  for (int t = full_rows; t < n_keys; ++t)
+    step(t, [&](const T* p, int j) HWY_ATTR {
       return part(j) == N ? LoadWide(df, p + j * N) : LoadFirst(df, p + j * N, part(j));
     });
 #define M3_STORE_O(k)                                                 \
