@@ -99,6 +99,14 @@ HWY_INLINE VF LoadFirst(DF df, const T* p, int n) {
   return LoadWide(df, buf);
 }
 
+// The first n (<= Lanes) elements of p, the other lanes 0, reading p[0, n) only.
+template <typename T>
+HWY_INLINE VF LoadPart(DF df, const T* p, int n) {
+  if (n >= int(hn::Lanes(df))) return LoadWide(df, p);
+  if (n <= 0) return hn::Zero(df);
+  return LoadFirst(df, p, n);
+}
+
 // Writes the first n (< Lanes) lanes of v to p[0, n).
 HWY_INLINE void StoreFirst(DF df, VF v, float* p, int n) {
   alignas(64) float buf[kMaxLanes];
@@ -173,8 +181,10 @@ HWY_INLINE VF Pick16(VF v0, VF v1, VF v2, VF v3, VF v4, VF v5, VF v6, VF v7, VF 
 }
 
 // Scores of Q queries (rows of q, stride dim) against the V·N keys from kT + t0; `avail` of them
-// are valid (kTail: fewer than V·N, the lanes past them are masked to 0; every row of kT must
-// still be readable to V·N keys from t0). Calls sink(i, V, v0, v1, v2, v3) for each query with
+// are valid (kTail: fewer than V·N, the lanes past them are masked to 0; every row of kT but the
+// last must still be readable to V·N keys from t0, which holds when t0 + V·N <= kt_stride; the
+// last row's partial vectors go through buffers, since a caller may pass kT in the middle of its
+// rows). Calls sink(i, V, v0, v1, v2, v3) for each query with
 // its V score vectors. Not inlined: each tile shape gets its own register allocation (one
 // function holding every shape spilled its accumulators).
 template <int Q, int V, bool kTail, typename T, class Sink>
@@ -187,19 +197,31 @@ HWY_NOINLINE void QkTile(const float* q, int dim, const T* kT, int kt_stride, in
   const auto m0 = hn::FirstN(df, lanes_of(0)), m1 = hn::FirstN(df, lanes_of(1));
   const auto m2 = hn::FirstN(df, lanes_of(2)), m3 = hn::FirstN(df, lanes_of(3));
   M3_ACC16(M3_ZERO)
-  for (int d = 0; d < dim; ++d) {
+#define M3_QK_FMA(k)                                                                        \
+  if constexpr (k < Q * V)                                                                  \
+    acc##k = hn::MulAdd(hn::Set(df, q[int64_t(k / V) * dim + d]), Pick<k % V>(k0, k1, k2, k3), acc##k);
+  const int masked_rows = kTail ? dim - 1 : dim;
+  int d = 0;
+  for (; d < masked_rows; ++d) {
     pf.Step();
     const T* k = kT + int64_t(d) * kt_stride + t0;
     const VF k0 = kTail ? hn::IfThenElseZero(m0, LoadWide(df, k)) : LoadWide(df, k);
     const VF k1 = V > 1 ? (kTail ? hn::IfThenElseZero(m1, LoadWide(df, k + N)) : LoadWide(df, k + N)) : k0;
     const VF k2 = V > 2 ? (kTail ? hn::IfThenElseZero(m2, LoadWide(df, k + 2 * N)) : LoadWide(df, k + 2 * N)) : k0;
     const VF k3 = V > 3 ? (kTail ? hn::IfThenElseZero(m3, LoadWide(df, k + 3 * N)) : LoadWide(df, k + 3 * N)) : k0;
-#define M3_QK_FMA(k)                                                                        \
-  if constexpr (k < Q * V)                                                                  \
-    acc##k = hn::MulAdd(hn::Set(df, q[int64_t(k / V) * dim + d]), Pick<k % V>(k0, k1, k2, k3), acc##k);
     M3_ACC16(M3_QK_FMA)
-#undef M3_QK_FMA
   }
+  if (kTail && d < dim) {  // the last row: partial vectors through buffers
+    pf.Step();
+    const T* k = kT + int64_t(d) * kt_stride + t0;
+    auto part = [&](int j) { return LoadPart(df, k + j * N, int(lanes_of(j))); };
+    const VF k0 = part(0);
+    const VF k1 = V > 1 ? part(1) : k0;
+    const VF k2 = V > 2 ? part(2) : k0;
+    const VF k3 = V > 3 ? part(3) : k0;
+    M3_ACC16(M3_QK_FMA)
+  }
+#undef M3_QK_FMA
   // Row i's vectors are acc(i·V + j); the ones past V are not read by the sink.
 #define M3_ALL_ACC acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, acc8, acc9, acc10, acc11, acc12, acc13, acc14, acc15
 #define M3_ROW_VEC(i, j) Pick16<i * V + (j < V ? j : 0)>(M3_ALL_ACC)
