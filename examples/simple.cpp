@@ -24,9 +24,10 @@ int main(int argc, char** argv) {
     m3::Prompt prompt;
     prompt.append_tokens(engine->tokenizer().encode(argv[2]));
 
-    m3::GenerationConfig config;  // greedy; stops at the end-of-turn token
+    m3::GenerationConfig config;  // stops at the end-of-turn token
     config.max_tokens = argc > 3 ? std::atoi(argv[3]) : 32;
     config.sample_vocab = engine->info().sample_vocab;
+    config.sampling = engine->info().default_sampling;  // the model's, as `m3 generate` uses (seed 0)
 
     m3::SessionCallbacks callbacks;
     callbacks.on_text = [](std::string_view text) {

@@ -32,7 +32,7 @@ LAYERS = [
 # include a public header of its own layer or below (the engine's own layers use the API's types,
 # never an upper layer through it).
 PUBLIC_HOME = {
-    "m3/error.h": "base", "m3/dtype.h": "base", "m3/bench_clock.h": "base",
+    "m3/error.h": "base", "m3/dtype.h": "base", "m3/bench_clock.h": "base", "m3/version.h": "base",
     "m3/npy.h": "io", "m3/tokenizer.h": "tokenizer", "m3/media.h": "vision",
     "m3/sampling.h": "runtime", "m3/engine.h": "runtime", "m3/prompt.h": "runtime",
     "m3/generation.h": "runtime", "m3/session.h": "runtime", "m3/batch.h": "runtime",

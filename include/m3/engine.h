@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "m3/sampling.h"
+
 namespace m3 {
 
 class Tokenizer;
@@ -33,12 +35,29 @@ struct ModelInfo {
   int block_size = 0;          // MSA block (tokens per KV page)
   bool has_vision = false;     // images and videos can be encoded
   int threads = 0;             // of the engine's pool
+  int64_t parameters = 0;      // elements of every checkpoint tensor
+  uint64_t weight_bytes = 0;   // bytes of every checkpoint tensor
+  std::string weight_dtypes;   // e.g. "BF16 x 412, F32 x 30" (tensors per element type)
+  bool weights_mapped = true;  // false: read into memory (--no-mmap)
+  bool weights_locked = false; // mlock'ed (--mlock)
+  double load_seconds = 0.0;
+  // The sampling a request gets for the fields it leaves out: the checkpoint's
+  // generation_config.json (temperature, top_p, top_k; do_sample false: greedy) when it has one,
+  // else the release's published defaults, temperature 1.0, top-p 0.95, top-k 40 (docs/CLI.md).
+  SamplingParams default_sampling;
+};
+
+struct EngineOptions {
+  int threads = 0;     // 0: one per core
+  bool mmap = true;    // false: read the weights into memory instead of mapping them (--no-mmap)
+  bool mlock = false;  // lock the weights in RAM (--mlock); an error when RLIMIT_MEMLOCK is too low
 };
 
 class Engine {
  public:
   // dir holds config.json, tokenizer.json and model.safetensors (or shards + index). threads 0:
   // one per core. Throws m3::Error naming the file and field on bad input.
+  static std::unique_ptr<Engine> load(const std::string& dir, const EngineOptions& options);
   static std::unique_ptr<Engine> load(const std::string& dir, int threads = 0);
   ~Engine();
   Engine(const Engine&) = delete;

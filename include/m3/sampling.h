@@ -28,4 +28,15 @@ struct SamplingParams {
   void validate() const;  // throws m3::Error naming the bad field
 };
 
+// The release's published sampling defaults (MiniMax-M3's generation_config.json and model card:
+// temperature 1.0, top-p 0.95, top-k 40): what generate, chat and serve use when neither the
+// checkpoint's generation_config.json nor the user says otherwise (docs/CLI.md).
+inline SamplingParams published_default_sampling() {
+  SamplingParams s;
+  s.temperature = 1.0f;
+  s.top_p = 0.95f;
+  s.top_k = 40;
+  return s;
+}
+
 }  // namespace m3

@@ -23,6 +23,10 @@ struct SessionOptions {
   DType cache_type = DType::F32;  // K, V and index-K element type (--cache-type)
   int prefill_chunk = 512;        // tokens per prefill forward pass
   bool reuse_prefix = true;       // false: every call starts from an empty cache (for comparisons)
+  // Most tokens the sequence may hold, prompt and generated (-c/--ctx-size), which bounds the
+  // cache's memory. 0: the model's max_position_embeddings. A longer prompt is an error; the
+  // generation stops (finish Length, context_full) when it fills the context.
+  int64_t context = 0;
 };
 
 struct SessionCallbacks {
@@ -40,6 +44,7 @@ struct SessionStats {
   FinishReason finish = FinishReason::None;
   bool interrupted = false;          // a callback stopped it
   bool prefill_interrupted = false;  // ... before the first token
+  bool context_full = false;         // stopped because the context (SessionOptions::context) is full
   std::vector<int32_t> generated;    // end-of-turn included
   double prefill_tokens_per_second() const { return prefill_seconds > 0 ? prefilled_tokens / prefill_seconds : 0.0; }
   // Decode speed counts the forward passes after the first generated token.
@@ -59,6 +64,7 @@ class Session {
   int64_t cached_tokens() const { return cached_; }  // positions the kept cache holds
   uint64_t cache_bytes() const { return batch_.prefix_cache_bytes(); }
   DType cache_type() const { return opt_.cache_type; }
+  int64_t context() const;  // tokens the sequence may hold (SessionOptions::context resolved)
 
  private:
   SessionStats run(Batch::Id id, const Prompt& prompt, const GenerationConfig& config, const SessionCallbacks& cb,

@@ -1,16 +1,26 @@
 #pragma once
 // A read-only memory map of a whole file. Checkpoint weights stay mapped: nothing is copied
-// unless a tensor's bytes are misaligned for its element type (see io/safetensors).
+// unless a tensor's bytes are misaligned for its element type (see io/safetensors), or the caller
+// asks for the file to be read into memory (--no-mmap).
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace m3 {
 
+struct MapOptions {
+  // false: read the file into anonymous memory instead of mapping it (llama.cpp's --no-mmap: the
+  // pages then count as the process's own, are never re-read from disk, and need swap to leave RAM).
+  bool map = true;
+  // Lock the pages in RAM (mlock) so they are never evicted; fails naming RLIMIT_MEMLOCK when the
+  // limit is too low (ulimit -l).
+  bool lock = false;
+};
+
 class MappedFile {
  public:
   MappedFile() = default;
-  explicit MappedFile(const std::string& path);  // throws m3::Error naming the path
+  explicit MappedFile(const std::string& path, const MapOptions& options = {});  // throws m3::Error naming the path
   ~MappedFile();
   MappedFile(MappedFile&& o) noexcept;
   MappedFile& operator=(MappedFile&& o) noexcept;

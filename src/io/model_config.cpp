@@ -24,6 +24,7 @@
 #include <sstream>
 #include <nlohmann/json.hpp>
 
+#include "base/read_file.h"
 #include "m3/error.h"
 
 namespace m3 {
@@ -570,12 +571,7 @@ void validate_vision(const ModelConfig& m, const Checker& c) {
 }  // namespace
 
 ModelConfig ModelConfig::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot open config file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) fail(path, ": read error");
-  return from_json_text(text.str(), path);
+  return from_json_text(read_whole_file(path, "a config file"), path);
 }
 
 ModelConfig ModelConfig::from_json_text(const std::string& text, const std::string& source_name) {

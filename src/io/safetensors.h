@@ -37,7 +37,7 @@ struct TensorView {
 class SafetensorsFile {
  public:
   // Validates everything the format requires; throws m3::Error naming the file and the problem.
-  static std::unique_ptr<SafetensorsFile> open(const std::string& path);
+  static std::unique_ptr<SafetensorsFile> open(const std::string& path, const MapOptions& map = {});
 
   const std::map<std::string, TensorView>& tensors() const { return tensors_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
@@ -55,8 +55,8 @@ class SafetensorsFile {
 // model.safetensors.index.json (every listed tensor must be in the shard the index names).
 class TensorStore {
  public:
-  static TensorStore open_dir(const std::string& dir);
-  static TensorStore open_file(const std::string& path);
+  static TensorStore open_dir(const std::string& dir, const MapOptions& map = {});
+  static TensorStore open_file(const std::string& path, const MapOptions& map = {});
 
   const TensorView* find(const std::string& name) const;  // nullptr when absent
   // Throws "DIR: missing tensor NAME" when absent.

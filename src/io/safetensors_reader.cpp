@@ -286,9 +286,9 @@ struct SafetensorsParser {
   }
 };
 
-std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
+std::unique_ptr<SafetensorsFile> SafetensorsFile::open(const std::string& path, const MapOptions& map) {
   auto f = std::make_unique<SafetensorsFile>();
-  f->file_ = MappedFile(path);
+  f->file_ = MappedFile(path, map);
   SafetensorsParser{*f, f->file_.path()}.run();
   return f;
 }
@@ -330,20 +330,20 @@ std::map<std::string, std::string> read_weight_map(const std::string& index_path
 
 }  // namespace
 
-TensorStore TensorStore::open_file(const std::string& path) {
+TensorStore TensorStore::open_file(const std::string& path, const MapOptions& map) {
   TensorStore store;
   store.source_ = path;
-  store.files_.push_back(SafetensorsFile::open(path));
+  store.files_.push_back(SafetensorsFile::open(path, map));
   for (const auto& [name, view] : store.files_.back()->tensors()) store.index_[name] = &view;
   return store;
 }
 
-TensorStore TensorStore::open_dir(const std::string& dir) {
+TensorStore TensorStore::open_dir(const std::string& dir, const MapOptions& map) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) fail(dir, ": checkpoint folder does not exist or is not a folder");
   const fs::path single = fs::path(dir) / kSingleFile;
   if (fs::exists(single, ec)) {
-    TensorStore store = open_file(single.string());
+    TensorStore store = open_file(single.string(), map);
     store.source_ = dir;
     return store;
   }
@@ -362,7 +362,7 @@ TensorStore TensorStore::open_dir(const std::string& dir) {
     if (!fs::exists(shard_path, ec))
       fail(index_path, ": weight_map names shard \"", shard, "\" (for tensor \"", names.front(), "\") but ",
            shard_path.string(), " does not exist");
-    store.files_.push_back(SafetensorsFile::open(shard_path.string()));
+    store.files_.push_back(SafetensorsFile::open(shard_path.string(), map));
     const SafetensorsFile& file = *store.files_.back();
     for (const std::string& name : names) {
       if (!file.tensors().count(name))

@@ -1,6 +1,8 @@
 #include "m3/session.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 
 #include "m3/error.h"
 
@@ -25,10 +27,23 @@ BatchOptions batch_options(const SessionOptions& o) {
 }  // namespace
 
 Session::Session(Engine& engine, SessionOptions options)
-    : engine_(engine), opt_(options), batch_(engine, batch_options(options)) {}
+    : engine_(engine), opt_(options), batch_(engine, batch_options(options)) {
+  const int64_t max_pos = engine.info().max_position;
+  M3_CHECK(opt_.context >= 0, "context size must be >= 0, got ", opt_.context);
+  M3_CHECK(max_pos <= 0 || opt_.context <= max_pos, "context size ", opt_.context,
+           " exceeds the model's max_position_embeddings ", max_pos);
+}
+
+int64_t Session::context() const {
+  if (opt_.context > 0) return opt_.context;
+  return engine_.info().max_position > 0 ? engine_.info().max_position : INT64_MAX;
+}
 
 SessionStats Session::generate(const Prompt& prompt, const GenerationConfig& config, const SessionCallbacks& cb) {
   M3_CHECK(!prompt.empty(), "generate: empty prompt");
+  const int64_t ctx = context();
+  M3_CHECK(prompt.size() < ctx, "the prompt is ", prompt.size(), " tokens but the context holds ", ctx,
+           " (-c/--ctx-size): shorten it or raise the context size");
   SessionStats st;
   st.prompt_tokens = prompt.size();
   if (!opt_.reuse_prefix) batch_.clear_prefix_cache();
@@ -70,7 +85,11 @@ SessionStats Session::run(Batch::Id id, const Prompt& prompt, const GenerationCo
   st.prefill_seconds = seconds_since(t0);
 
   t0 = std::chrono::steady_clock::now();
-  TokenGenerator gen(engine_.tokenizer(), config, prompt.ids());
+  GenerationConfig capped = config;
+  const int64_t room = context() - prompt.size();  // every generated token is fed but the last
+  const bool context_caps = room < capped.max_tokens;
+  capped.max_tokens = std::min(capped.max_tokens, room);
+  TokenGenerator gen(engine_.tokenizer(), capped, prompt.ids());
   std::vector<TokenEvent> events;
   std::vector<int32_t> feed;
   for (;;) {
@@ -93,6 +112,7 @@ SessionStats Session::run(Batch::Id id, const Prompt& prompt, const GenerationCo
   if (cb.on_text && !tail.empty()) cb.on_text(tail);
   st.decode_seconds = seconds_since(t0);
   st.finish = gen.finish_reason();
+  st.context_full = context_caps && st.finish == FinishReason::Length;
   st.generated = gen.generated();
   st.generated_tokens = int64_t(st.generated.size());
   st.forced_tokens = gen.forced_tokens();

@@ -14,6 +14,7 @@
 #include "m3/chat/output_parser.h"
 #include "m3/engine.h"
 #include "m3/tokenizer.h"
+#include "m3/version.h"
 #include "server/api_error.h"
 #include "server/http_connection.h"
 #include "server/media.h"
@@ -54,10 +55,14 @@ bool send_json(HttpResponder& res, int status, const Json& j) { return res.send(
 class Server {
  public:
   explicit Server(const ServerOptions& o) : opt_(o) {
-    engine_ = Engine::load(o.model_dir, o.threads);
+    EngineOptions eo;
+    eo.threads = o.threads;
+    eo.mmap = o.mmap;
+    eo.mlock = o.mlock;
+    engine_ = Engine::load(o.model_dir, eo);
     const int64_t max_pos = engine_->info().max_position;
     ctx_ = o.ctx > 0 ? o.ctx : std::min<int64_t>(32768, max_pos > 0 ? max_pos : 32768);
-    if (max_pos > 0) M3_CHECK(ctx_ <= max_pos, "--ctx ", ctx_, " exceeds the model's max_position_embeddings ", max_pos);
+    if (max_pos > 0) M3_CHECK(ctx_ <= max_pos, "-c/--ctx-size ", ctx_, " exceeds the model's max_position_embeddings ", max_pos);
     M3_CHECK(o.prefill_chunk > 0, "--chunk must be > 0");
     engine_->tokenizer().require_token(chat::kTurnEnd);  // the chat template ends turns with it
     model_name_ = o.model_name;
@@ -87,6 +92,14 @@ class Server {
     limits.idle_seconds = std::min(5, opt_.timeout_seconds);
     limits.max_connections = std::max(4, opt_.http_threads);
     HttpListener http(opt_.host, opt_.port, limits);
+    const ModelInfo& mi = engine_->info();
+    const CpuPathInfo cpu = cpu_path_info();
+    std::fprintf(stderr, "m3 serve: m3.cpp %s (%s), CPU path %s (best %s)\n", build_info().version.c_str(),
+                 build_info().commit.c_str(), cpu.active.c_str(), cpu.best.c_str());
+    std::fprintf(stderr, "m3 serve: model %s: %d layers, %.2fB parameters, %.2f GiB of weights (%s, %s), loaded in %.2f s\n",
+                 model_name_.c_str(), mi.layers, mi.parameters / 1e9, mi.weight_bytes / double(1ull << 30),
+                 mi.weight_dtypes.c_str(), mi.weights_mapped ? (mi.weights_locked ? "mapped, locked" : "mapped") : "in memory",
+                 mi.load_seconds);
     std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, %s KV cache, prefix cache %llu MiB\n",
                  model_name_.c_str(), (long long)ctx_, opt_.parallel, engine_->info().threads,
                  std::string(dtype_name(opt_.cache_type)).c_str(), (unsigned long long)opt_.cache_mb);
@@ -196,7 +209,7 @@ class Server {
     job->created = now_seconds();
     const Tokenizer& tok = engine_->tokenizer();
     if (endpoint == Endpoint::Chat) {
-      ChatRequest r = parse_chat_request(j, random_seed());
+      ChatRequest r = parse_chat_request(j, random_seed(), engine_->info().default_sampling);
       check_token_ids(r.gen, sample_vocab_);
       chat::RenderedPrompt prompt;
       try {
@@ -234,7 +247,7 @@ class Server {
       job->gen = std::move(r.gen);
       job->id = "chatcmpl-" + random_hex(24);
     } else {
-      CompletionRequest r = parse_completion_request(j, random_seed());
+      CompletionRequest r = parse_completion_request(j, random_seed(), engine_->info().default_sampling);
       check_token_ids(r.gen, sample_vocab_);
       // A raw prompt: control tokens written in it are matched (it is the caller's own markup).
       job->prompt.append_tokens(tok.encode(r.prompt, /*allow_special=*/true));

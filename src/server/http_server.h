@@ -16,6 +16,8 @@ struct ServerOptions {
   int64_t ctx = 0;               // prompt + completion limit; 0: min(32768, max_position_embeddings)
   std::string api_key;           // when set, every path but /health needs "Authorization: Bearer KEY"
   int threads = 0;               // engine threads; 0: all cores
+  bool mmap = true;              // false: read the weights into memory (--no-mmap)
+  bool mlock = false;            // lock the weights in RAM (--mlock)
   size_t max_body_bytes = 8u << 20;
   DType cache_type = DType::F32;  // K, V and index-K element type of every sequence (--cache-type)
   uint64_t cache_mb = 2048;      // prefix cache budget (KV pages kept between requests); 0: off

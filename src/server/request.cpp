@@ -114,14 +114,15 @@ std::vector<std::pair<int32_t, float>> parse_logit_bias(const Json& body) {
   return out;
 }
 
-GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
+GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset, const SamplingParams& d) {
   GenerationParams g;
   if (const Json* m = field(body, "model")) {
     if (!m->is_string()) bad("model", std::string("expected a string, got ") + type_name(*m));
     g.model = m->get<std::string>();
   }
-  g.sampling.temperature = float(number_in(body, "temperature", 0.0, 2.0, 1.0));
-  g.sampling.top_p = float(number_in(body, "top_p", 0.0, 1.0, 0.95));
+  g.sampling.temperature = float(number_in(body, "temperature", 0.0, 2.0, d.temperature));
+  g.sampling.top_p = float(number_in(body, "top_p", 0.0, 1.0, d.top_p));
+  g.sampling.top_k = d.top_k;
   if (g.sampling.top_p <= 0.0f) bad("top_p", "must be greater than 0");
   // Extensions some clients send (llama.cpp / vLLM names).
   if (const Json* v = field(body, "top_k")) {
@@ -129,8 +130,8 @@ GenerationParams parse_generation(const Json& body, uint64_t seed_if_unset) {
       bad("top_k", "expected a non-negative integer");
     g.sampling.top_k = int(v->get<int64_t>());
   }
-  g.sampling.min_p = float(number_in(body, "min_p", 0.0, 1.0, 0.0));
-  g.sampling.repetition_penalty = float(number_in(body, "repetition_penalty", 1e-3, 100.0, 1.0));
+  g.sampling.min_p = float(number_in(body, "min_p", 0.0, 1.0, d.min_p));
+  g.sampling.repetition_penalty = float(number_in(body, "repetition_penalty", 1e-3, 100.0, d.repetition_penalty));
   g.sampling.presence_penalty = float(number_in(body, "presence_penalty", -2.0, 2.0, 0.0));
   g.sampling.frequency_penalty = float(number_in(body, "frequency_penalty", -2.0, 2.0, 0.0));
   if (const Json* v = field(body, "seed")) {
@@ -245,7 +246,7 @@ Json parse_json_body(std::string_view body, int max_depth) {
   return j;
 }
 
-ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
+ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset, const SamplingParams& defaults) {
   ChatRequest r;
   refuse_unknown_fields(body, kChatFields);
   // Calls are parsed as the model writes them, several per turn; one-at-a-time is not enforced.
@@ -353,7 +354,7 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
   } catch (const Error& e) {
     throw ApiError(400, e.what(), param_of_error_message(e.what()));
   }
-  r.gen = parse_generation(body, seed_if_unset);
+  r.gen = parse_generation(body, seed_if_unset, defaults);
   r.gen.logprobs = boolean(body, "logprobs", false);
   if (const Json* t = field(body, "top_logprobs")) {
     if (!t->is_number_integer() || t->get<int64_t>() < 0 || t->get<int64_t>() > 20)
@@ -364,7 +365,7 @@ ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset) {
   return r;
 }
 
-CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset) {
+CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset, const SamplingParams& defaults) {
   CompletionRequest r;
   refuse_unknown_fields(body, kCompletionFields);
   auto p = body.find("prompt");
@@ -381,7 +382,7 @@ CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_un
   if (field(body, "suffix")) bad("suffix", "not supported by this server");
   if (const Json* b = field(body, "best_of"))
     if (!b->is_number_integer() || b->get<int64_t>() != 1) bad("best_of", "only best_of=1 is supported");
-  r.gen = parse_generation(body, seed_if_unset);
+  r.gen = parse_generation(body, seed_if_unset, defaults);
   if (const Json* l = field(body, "logprobs"))
     if (!(l->is_boolean() && !l->get<bool>())) bad("logprobs", "not supported by /v1/completions (use /v1/chat/completions)");
   return r;

@@ -60,9 +60,12 @@ struct CompletionRequest {
 // `max_depth` arrays/objects is refused before it is parsed (chat/json_depth.h).
 Json parse_json_body(std::string_view body, int max_depth = chat::kDefaultMaxJsonDepth);
 
-// `seed_if_unset` is used when the request has no seed (the server passes a random one).
-ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset = 0);
-CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset = 0);
+// `seed_if_unset` is used when the request has no seed (the server passes a random one); the
+// sampling fields a request leaves out take `defaults` (the model's, ModelInfo::default_sampling).
+ChatRequest parse_chat_request(const Json& body, uint64_t seed_if_unset = 0,
+                               const SamplingParams& defaults = published_default_sampling());
+CompletionRequest parse_completion_request(const Json& body, uint64_t seed_if_unset = 0,
+                                           const SamplingParams& defaults = published_default_sampling());
 
 // ApiError(400) when a token id the request names (logit_bias) is not below `vocab_size`, the
 // ids the tokenizer can decode. Called once the model is known.

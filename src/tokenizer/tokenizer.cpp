@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/read_file.h"
 #include "m3/error.h"
 #include "tokenizer/added_tokens.h"
 #include "tokenizer/bpe_model.h"
@@ -61,12 +62,7 @@ Tokenizer::Tokenizer() : impl_(std::make_unique<Impl>()) {}
 Tokenizer::~Tokenizer() = default;
 
 std::unique_ptr<Tokenizer> Tokenizer::from_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  M3_CHECK(in.good(), path, ": cannot open tokenizer file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  M3_CHECK(!in.bad(), path, ": read error");
-  return from_json_text(text.str(), path);
+  return from_json_text(read_whole_file(path, "a tokenizer file"), path);
 }
 
 // post_processor, truncation and padding are ignored on purpose: we never add tokens on our own

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 
+#include "base/read_file.h"
 #include "m3/error.h"
 #include "vision/png_chunks.h"
 
@@ -567,11 +568,8 @@ RgbImage decode_image(const uint8_t* data, size_t size, const std::string& name,
 }
 
 RgbImage decode_image_file(const std::string& path, const DecodeOptions& options) {
-  std::ifstream in(path, std::ios::binary);
-  M3_CHECK(in.good(), path, ": cannot open image file");
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  M3_CHECK(!in.bad(), path, ": read error");
-  return decode_image(bytes.data(), bytes.size(), path, options);
+  const std::string bytes = read_whole_file(path, "an image file");
+  return decode_image(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), path, options);
 }
 
 RgbImage apply_orientation(const RgbImage& in, int orientation) {

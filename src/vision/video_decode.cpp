@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "base/read_file.h"
 #include "m3/error.h"
 #include "vision/av_error.h"
 
@@ -107,6 +108,7 @@ struct VideoSource::Impl {
     d.fmt = avformat_alloc_context();
     M3_CHECK(d.fmt, name, ": out of memory opening the video");
     if (!path.empty()) {
+      check_regular_file(path, "a video file");  // FFmpeg would report a folder as "invalid data"
       AVFormatContext* fmt = d.fmt;
       const int err = avformat_open_input(&fmt, path.c_str(), nullptr, nullptr);
       d.fmt = fmt;  // avformat_open_input frees it and sets it to null on failure

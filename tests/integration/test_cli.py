@@ -37,8 +37,8 @@ run("make-checkpoint", "--preset", "tiny", "--seed", "5", "--out", tiny)
 
 # generate: greedy twice gives the same text; seeded sampling twice gives the same text.
 prompt = "The quick brown fox jumps over the lazy dog. " * 20
-g1 = run("generate", "-m", tiny, "-p", prompt, "-n", "12", "--ignore-eos")
-g2 = run("generate", "-m", tiny, "-p", prompt, "-n", "12", "--ignore-eos", "-t", "1")
+g1 = run("generate", "-m", tiny, "-p", prompt, "-n", "12", "--ignore-eos", "--temp", "0")
+g2 = run("generate", "-m", tiny, "-p", prompt, "-n", "12", "--ignore-eos", "--temp", "0", "-t", "1")
 check("greedy is deterministic across thread counts", g1.stdout == g2.stdout and len(g1.stdout.strip()) > 0, g1.stdout + "|" + g2.stdout)
 check("stats line reports prefill and decode speed", "prefill" in g1.stderr and "decode" in g1.stderr and "tok/s" in g1.stderr, g1.stderr)
 s1 = run("generate", "-m", tiny, "-p", prompt, "-n", "12", "--temp", "0.9", "--top-k", "40", "--top-p", "0.9",

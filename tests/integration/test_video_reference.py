@@ -252,7 +252,7 @@ def main():
     # generate --video: the greedy first token is the argmax of the last logits row.
     n_tok = max(max(tok["model"]["vocab"].values()), max(t["id"] for t in tok["added_tokens"])) + 1
     first = int(np.argmax(logits[-1, :n_tok]))
-    g = subprocess.run([M3, "generate", "-m", ck, "-p", "What happens in ]<]video[>[ ?", "-n", "1", "--ignore-eos",
+    g = subprocess.run([M3, "generate", "-m", ck, "-p", "What happens in ]<]video[>[ ?", "-n", "1", "--ignore-eos", "--temp", "0",
                         "--video", mp4], capture_output=True, timeout=600)
     want_text = subprocess.run([M3, "tokenize", "-m", ck, "--decode", "--text", str(first)], capture_output=True,
                                timeout=60).stdout.decode("utf-8", errors="replace")

@@ -171,7 +171,7 @@ def main():
     n_tok = max(max(tok["model"]["vocab"].values()), max(t["id"] for t in tok["added_tokens"])) + 1
     first = int(np.argmax(ph_logits[-1, :n_tok]))
     g = subprocess.run([M3, "generate", "-m", ck, "-p", "Compare ]<]image[>[ with ]<]image[>[, please.", "-n", "1",
-                        "--ignore-eos", "--image", imgs[0], "--image", imgs[1]], capture_output=True, timeout=600)
+                        "--ignore-eos", "--temp", "0", "--image", imgs[0], "--image", imgs[1]], capture_output=True, timeout=600)
     want_text = subprocess.run([M3, "tokenize", "-m", ck, "--decode", "--text", str(first)], capture_output=True,
                                timeout=60).stdout.decode("utf-8", errors="replace")
     got_text = g.stdout.decode("utf-8", errors="replace").rstrip("\n")

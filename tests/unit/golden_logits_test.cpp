@@ -78,7 +78,9 @@ struct Results {
     const std::string v = hex(h);
     auto [it, fresh] = by_case.emplace(name, v);
     // The same case on another thread count must give the same bits.
-    if (!fresh) EXPECT_EQ(it->second, v) << name << " differs between thread counts";
+    if (!fresh) {
+      EXPECT_EQ(it->second, v) << name << " differs between thread counts";
+    }
   }
 };
 

@@ -13,6 +13,7 @@ SessionOptions session_options(const ChatSessionOptions& o) {
   SessionOptions s;
   s.cache_type = o.cache_type;
   s.prefill_chunk = o.prefill_chunk;
+  s.context = o.context;
   s.reuse_prefix = o.reuse_kv;
   return s;
 }

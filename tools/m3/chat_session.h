@@ -30,6 +30,7 @@ struct ChatSessionOptions {
   bool stop_at_eos = true;
   bool reuse_kv = true;  // false: every turn starts from an empty cache (for comparisons)
   DType cache_type = DType::F32;  // K, V and index-K element type (--cache-type)
+  int64_t context = 0;            // tokens the conversation may hold (-c); 0: the model's limit
   SamplingParams sampling;
 };
 
@@ -59,6 +60,7 @@ class ChatSession {
   void attach_image(const std::string& path) { attach_media(path, vision::MediaKind::Image); }
   void attach_video(const std::string& path) { attach_media(path, vision::MediaKind::Video); }
   size_t pending_images() const { return pending_.size(); }
+  int64_t context() const { return session_.context(); }  // tokens the conversation may hold
   // Forgets the messages and pending images; the cache stays, so the next prompt reuses what it
   // shares with the old conversation (the system turn).
   void clear();

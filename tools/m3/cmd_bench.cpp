@@ -12,6 +12,7 @@
 #include "bench_util.h"
 #include "cache_type.h"
 #include "commands.h"
+#include "usage.h"
 #include "m3/batch.h"
 #include "m3/engine.h"
 #include "m3/prompt.h"
@@ -56,11 +57,11 @@ void register_bench(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: the whole model (-m DIR), or one of the subcommands below");
   cmd->require_subcommand(0, 1);
   cmd->add_option("-m,--model", a->model, "Model folder");
-  cmd->add_option("-p,--prompt", a->p, "Prefill tokens per pp test")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("-n,--gen", a->n, "Decode steps per tg test")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-p,--prompt", a->p, "Prefill tokens per pp test")->capture_default_str()->check(Positive());
+  cmd->add_option("-n,--gen", a->n, "Decode steps per tg test")->capture_default_str()->check(Positive());
   cmd->add_option("-d,--depths", a->depths, "Context depths, comma-separated")->capture_default_str();
-  cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk when filling the depth")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(Positive());
+  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk when filling the depth")->capture_default_str()->check(Positive());
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")

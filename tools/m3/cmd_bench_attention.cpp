@@ -15,6 +15,7 @@
 #include "bench_util.h"
 #include "cache_type.h"
 #include "commands.h"
+#include "usage.h"
 
 namespace m3::cli {
 
@@ -90,10 +91,10 @@ void register_bench_attention(CLI::App* bench) {
   CLI::App* cmd = bench->add_subcommand("attention", "One attention layer: MSA vs dense at growing context");
   cmd->add_option("--shapes", a->shapes, "Comma-separated: m3, m3-group, small, tiny")->capture_default_str();
   cmd->add_option("--contexts", a->contexts, "Context depths N")->capture_default_str();
-  cmd->add_option("--chunk", a->chunk, "Prefill chunk rows")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--chunk", a->chunk, "Prefill chunk rows")->capture_default_str()->check(Positive());
   cmd->add_option("--dense-max", a->dense_max, "Largest N at which dense is measured (beyond: extrapolated linearly)")
       ->capture_default_str();
-  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")

@@ -8,6 +8,7 @@
 #include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
+#include "usage.h"
 #include "m3/batch.h"
 #include "m3/engine.h"
 #include "m3/prompt.h"
@@ -27,9 +28,9 @@ void register_bench_batch(CLI::App* bench) {
   cmd->add_option("-m,--model", a->model, "Model folder")->required();
   cmd->add_option("-B,--batches", a->batches, "Batch sizes, comma-separated")->capture_default_str();
   cmd->add_option("-d,--depth", a->depth, "Tokens already in each sequence's cache")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("-n,--gen", a->n, "Decode steps per repetition")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(NonNegative());
+  cmd->add_option("-n,--gen", a->n, "Decode steps per repetition")->capture_default_str()->check(Positive());
+  cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(Positive());
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
   add_report_option(cmd, a->output);

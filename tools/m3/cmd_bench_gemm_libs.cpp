@@ -22,6 +22,7 @@
 #include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
+#include "usage.h"
 #include "kernels/matmul.h"
 
 #ifdef M3_HAVE_OPENBLAS
@@ -80,7 +81,7 @@ void register_bench_gemm_libs(CLI::App* bench) {
   cmd->add_option("-m,--m", a->ms, "Batch sizes M, comma-separated")->capture_default_str();
   cmd->add_option("-s,--shapes", a->shapes, "Weight shapes NxK, comma-separated")->capture_default_str();
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
-  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   add_report_option(cmd, a->output);
   cmd->callback([a] {
 #if !defined(M3_HAVE_OPENBLAS) && !defined(M3_HAVE_DNNL)

@@ -11,6 +11,7 @@
 #include "bench_util.h"
 #include "m3/chat/json_prefix.h"
 #include "commands.h"
+#include "usage.h"
 #include "m3/tokenizer.h"
 #include "tokenizer_path.h"
 
@@ -25,7 +26,7 @@ void register_bench_json(CLI::App* bench) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("json", "response_format json_object: vocabulary mask time per answer token");
   cmd->add_option("-m,--model", a->model, "Model folder or tokenizer.json")->required();
-  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   add_report_option(cmd, a->output);
   cmd->callback([a] {
     const auto tok = Tokenizer::from_file(tokenizer_path(a->model));

@@ -24,6 +24,7 @@
 #include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
+#include "usage.h"
 #include "kernels/matmul.h"
 
 namespace m3::cli {
@@ -140,12 +141,12 @@ void register_bench_matmul(CLI::App* bench) {
   CLI::App* cmd = bench->add_subcommand(
       "matmul", "bf16-weight matmul throughput for M = 1..512 against measured bandwidth and FMA peak");
   cmd->add_option("-t,--threads", opts->threads, "Threads (default: all cores)");
-  cmd->add_option("-r,--reps", opts->reps, "Repetitions (median)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--reps", opts->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   cmd->add_option("-m,--m", opts->ms, "Batch sizes M (rows of x), comma-separated")->capture_default_str();
   cmd->add_option("-s,--shapes", opts->shapes, "Weight shapes NxK (out x in), comma-separated")->capture_default_str();
   cmd->add_option("--bandwidth-mib", opts->bandwidth_mib, "Buffer of the bandwidth measurement, MiB")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--stream-mib", opts->stream_mib, "Weight copies cycled per shape, MiB (0: one copy, may stay cached)")
       ->capture_default_str();
   cmd->add_option("--clock", opts->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")

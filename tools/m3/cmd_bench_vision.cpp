@@ -19,6 +19,7 @@
 #include "bench_report.h"
 #include "bench_util.h"
 #include "commands.h"
+#include "usage.h"
 #include "fixtures/random_checkpoint.h"
 #include "io/safetensors.h"
 #include "vision/preprocess.h"
@@ -63,9 +64,9 @@ void register_bench_vision(CLI::App* bench) {
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("vision", "Vision tower patches/s, one M3-shaped ViT layer, video decode");
   cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
-  cmd->add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str()->check(Positive());
   cmd->add_option("--video-seconds", a->video_seconds, "Length of the generated 30 fps clip")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(Positive());
   cmd->add_flag("--skip-m3-layer", a->skip_m3, "Skip the M3-shaped layer (slowest part)");
   add_report_option(cmd, a->output);
   cmd->callback([a] {

@@ -17,6 +17,8 @@
 #include "commands.h"
 #include "sampling_options.h"
 #include "read_ids.h"
+#include "run_options.h"
+#include "usage.h"
 
 namespace m3::cli {
 
@@ -147,27 +149,23 @@ bool read_message(std::string& msg) {
 
 void register_chat(CLI::App& app) {
   struct Args {
-    std::string model, system, effort, tools, color = "auto", cache_type = "f32";
+    RunOptions run;
+    std::string system, effort, tools, color = "auto";
     std::vector<std::string> images, videos;
-    int threads = 0, chunk = 512, max_tokens = 2048;
+    int chunk = 512, max_tokens = 2048;
     bool stats_json = false, ignore_eos = false, no_reuse = false;
     SamplingParams s;
   };
   auto a = std::make_shared<Args>();
-  // Sampling defaults of the release's generation_config (spec §7.2, unverified): T 1.0, top-p 0.95.
-  a->s.temperature = 1.0f;
-  a->s.top_p = 0.95f;
   CLI::App* cmd = app.add_subcommand("chat", "Interactive chat in the terminal (multi-turn, KV reuse, images and video)");
-  cmd->add_option("-m,--model", a->model, "Model folder")->required();
+  add_run_options(cmd, a->run, "Context: the conversation's tokens, replies included (default: the model's max_position_embeddings)");
   cmd->add_option("--system", a->system, "System prompt");
   cmd->add_option("--tools", a->tools, "JSON file with OpenAI tools ([{\"type\":\"function\",\"function\":{...}}])");
   cmd->add_option("--reasoning-effort", a->effort,
                   "none | minimal | low | medium | high | xhigh | a reasoning token budget (default: the "
                   "template's adaptive mode, no cap)");
-  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(CLI::NonNegativeNumber);
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
-  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(CLI::PositiveNumber);
-  add_cache_type_option(cmd, a->cache_type);
+  cmd->add_option("-n,--max-tokens", a->max_tokens, "Most tokens per reply")->capture_default_str()->check(NonNegative());
+  cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()->check(Positive());
   add_sampling_options(cmd, a->s);
   cmd->add_option("--image", a->images, "Image for the first message (repeatable; see also /image)");
   cmd->add_option("--video", a->videos, "Video for the first message, after the images (repeatable; see also /video)");
@@ -177,11 +175,12 @@ void register_chat(CLI::App& app) {
   cmd->add_flag("--stats-json", a->stats_json, "After each reply, one JSON line of statistics on stderr");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-turn token");
   cmd->add_flag("--no-kv-reuse", a->no_reuse, "Prefill the whole conversation every turn");
-  cmd->callback([a] {
-    a->s.validate();
+  cmd->callback([a, cmd] {
+    start_run(a->run);
     ChatSessionOptions o;
     o.system = a->system;
-    o.cache_type = cache_type_of(a->cache_type);
+    o.cache_type = run_cache_type(a->run);
+    o.context = a->run.ctx_size;
     if (!a->tools.empty()) {
       try {
         o.tools = chat::Json::parse(read_text_file(a->tools));
@@ -207,16 +206,26 @@ void register_chat(CLI::App& app) {
     o.prefill_chunk = a->chunk;
     o.stop_at_eos = !a->ignore_eos;
     o.reuse_kv = !a->no_reuse;
-    o.sampling = a->s;
     const bool color = a->color == "always" || (a->color == "auto" && isatty(STDOUT_FILENO));
     const bool interactive = isatty(STDIN_FILENO);
 
-    auto engine = Engine::load(a->model, a->threads);
+    auto engine = load_engine(a->run, false);
+    o.sampling = resolve_sampling(cmd, a->s, engine->info().default_sampling);
     ChatSession session(*engine, o);
     for (const auto& path : a->images) session.attach_image(path);
     for (const auto& path : a->videos) session.attach_video(path);
     install_sigint_handler();
-    if (interactive) out("m3 chat: type a message, /help for commands.\n");
+    if (interactive) {
+      const ModelInfo& mi = engine->info();
+      const long long ctx = (long long)session.context();
+      char banner[512];
+      std::snprintf(banner, sizeof banner,
+                    "m3 chat: %s | %d layers, %s parameters%s | context %lld | %d threads | cache %s | "
+                    "temp %.2f top-p %.2f top-k %d\ntype a message, /help for commands.\n",
+                    a->run.model.c_str(), mi.layers, parameter_count(mi.parameters).c_str(), mi.has_vision ? ", vision" : "", ctx,
+                    mi.threads, cache_type_name(o.cache_type), o.sampling.temperature, o.sampling.top_p, o.sampling.top_k);
+      out(banner);
+    }
 
     std::string line;
     while (true) {
@@ -282,7 +291,9 @@ void register_chat(CLI::App& app) {
       std::snprintf(summary, sizeof summary, "[%lld prompt tokens: %lld reused, %lld prefilled | %lld tokens, %.1f t/s%s]",
                     (long long)st.prompt_tokens, (long long)st.reused_tokens, (long long)st.prefilled_tokens,
                     (long long)st.generated_tokens, st.decode_tokens_per_second, st.interrupted ? " | interrupted" : "");
-      out(color ? std::string(kDim) + summary + kReset + "\n" : std::string(summary) + "\n");
+      // Statistics go to stderr: a reply piped to a file or a program is the reply alone.
+      std::fprintf(stderr, "%s\n", color ? (std::string(kDim) + summary + kReset).c_str() : summary);
+      std::fflush(stderr);
       if (a->stats_json) {
         std::fprintf(stderr, "%s\n", stats_json(st, msg).dump().c_str());
         std::fflush(stderr);

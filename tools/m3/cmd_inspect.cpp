@@ -11,6 +11,7 @@
 
 #include "m3/error.h"
 #include "commands.h"
+#include "usage.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
 
@@ -237,7 +238,7 @@ void register_inspect(CLI::App& app) {
   // Up to 2^32 so the pair counts below stay within 64 bits.
   cmd->add_option("--context", *context, "Context length N for cache and MSA figures "
                                          "(default: max_position_embeddings)")
-      ->check(CLI::Range(int64_t(1), int64_t(1) << 32));
+      ->check(InRange(1, double(int64_t(1) << 32)));
   cmd->callback([path, context] { run_inspect(*path, *context); });
 }
 

@@ -16,33 +16,34 @@
 #include "m3/prompt.h"
 #include "m3/tokenizer.h"
 #include "read_ids.h"
+#include "run_options.h"
+#include "usage.h"
 
 namespace m3::cli {
 
 void register_logits(CLI::App& app) {
   struct Args {
-    std::string model, tokens, tokens_file, text, out, vision_out, tokens_out;
+    RunOptions run;
+    std::string tokens, tokens_file, text, out, vision_out, tokens_out;
     std::vector<std::string> images, videos;
     double video_fps = 1.0;
-    std::string vision_rope = "neox", cache_type = "f32";
-    int chunk = 0, decode_from = -1, threads = 0;
+    std::string vision_rope = "neox";
+    int chunk = 0, decode_from = -1;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("logits", "Write the logits of every position to a .npy file");
-  cmd->add_option("-m,--model", a->model, "Model folder")->required();
+  add_run_options(cmd, a->run, "Refuse inputs longer than this many tokens (default: the model's max_position_embeddings)");
   auto* g = cmd->add_option_group("input");
   g->add_option("--tokens", a->tokens, "Token ids, comma-separated");
   g->add_option("--tokens-file", a->tokens_file, "File of token ids");
   g->add_option("--text", a->text, "Text to tokenize (special tokens stay plain text)");
   g->require_option(1);
   cmd->add_option("--out", a->out, "Output .npy file, shape [T, vocab] float32")->required();
-  cmd->add_option("--chunk", a->chunk, "Prefill chunk size (default: all tokens in one pass)")->check(CLI::PositiveNumber);
-  cmd->add_option("--decode-from", a->decode_from, "Prefill the first K tokens, then decode one by one")->check(CLI::NonNegativeNumber);
-  add_cache_type_option(cmd, a->cache_type);
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("--chunk", a->chunk, "Prefill chunk size (default: all tokens in one pass)")->check(Positive());
+  cmd->add_option("--decode-from", a->decode_from, "Prefill the first K tokens, then decode one by one")->check(NonNegative());
   cmd->add_option("--image", a->images, "Image file (repeatable; needs --text, one ]<]image[>[ per image or none)");
   cmd->add_option("--video", a->videos, "Video file (repeatable; needs --text, one ]<]video[>[ per video or none)");
-  cmd->add_option("--video-fps", a->video_fps, "Frames sampled per second of video")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--video-fps", a->video_fps, "Frames sampled per second of video")->capture_default_str()->check(Positive());
   cmd->add_option("--vision-out", a->vision_out, "With --image/--video: write the merged vision embeddings [N, hidden] (.npy), items in stream order");
   cmd->add_option("--vision-rope", a->vision_rope,
                   "3D RoPE of the vision tower: neox (spec §5.4, 26/26/26+2) or hf-interleaved (experimental, 26/26/28)")
@@ -50,10 +51,12 @@ void register_logits(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tokens-out", a->tokens_out, "Write the token ids that were run (comma-separated)");
   cmd->callback([a] {
-    auto engine = Engine::load(a->model, a->threads);
+    start_run(a->run);
+    const DType cache_type = run_cache_type(a->run);
+    auto engine = load_engine(a->run, false);
     Prompt prompt;
     if (!a->images.empty() || !a->videos.empty()) {
-      M3_CHECK(engine->info().has_vision, a->model,
+      M3_CHECK(engine->info().has_vision, a->run.model,
                ": --image/--video need a checkpoint with a vision tower, but config.json has no vision_config");
       M3_CHECK(a->tokens.empty() && a->tokens_file.empty(), "--image/--video need --text (not --tokens/--tokens-file)");
       MultimodalOptions mo;
@@ -82,6 +85,11 @@ void register_logits(CLI::App& app) {
       M3_CHECK(f.good(), a->tokens_out, ": write failed");
     }
     const int64_t T = prompt.size(), V = engine->info().vocab_size;
+    const int64_t max_pos = engine->info().max_position;
+    const int64_t ctx = a->run.ctx_size > 0 ? a->run.ctx_size : max_pos;
+    M3_CHECK(max_pos <= 0 || a->run.ctx_size <= max_pos, "-c/--ctx-size ", a->run.ctx_size,
+             " exceeds the model's max_position_embeddings ", max_pos);
+    M3_CHECK(ctx <= 0 || T <= ctx, "the input is ", T, " tokens but the context holds ", ctx, " (-c/--ctx-size)");
     const int64_t K = a->decode_from < 0 ? T : std::min<int64_t>(a->decode_from, T);
     const int chunk = a->chunk > 0 ? a->chunk : int(std::max<int64_t>(K, 1));
 
@@ -89,7 +97,7 @@ void register_logits(CLI::App& app) {
     // row's logits kept.
     BatchOptions bo;
     bo.chunk = int(std::max<int64_t>(T, 1));
-    bo.cache_type = cache_type_of(a->cache_type);
+    bo.cache_type = cache_type;
     Batch batch(*engine, bo);
     SequenceOptions so;
     so.all_logits = true;

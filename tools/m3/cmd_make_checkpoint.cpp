@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "usage.h"
 #include "fixtures/random_checkpoint.h"
 
 namespace m3::cli {
@@ -14,9 +15,9 @@ void register_make_checkpoint(CLI::App& app) {
   cmd->add_option("--preset", opt->preset, "tiny | small | m3-slice | tiny-vl | small-vl")->check(CLI::IsMember(preset_names()))->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Random seed")->capture_default_str();
   cmd->add_option("--out", opt->out_dir, "Output folder")->required();
-  cmd->add_option("--block-size", *block, "Override the MSA block size")->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--topk", *topk, "Override the MSA top-k blocks")->check(CLI::Range(2, 1 << 20));
-  cmd->add_option("--layers", *layers, "Override the layer count (layer 0 dense, the rest MSA + MoE)")->check(CLI::Range(1, 1024));
+  cmd->add_option("--block-size", *block, "Override the MSA block size")->check(InRange(1, 1 << 20));
+  cmd->add_option("--topk", *topk, "Override the MSA top-k blocks")->check(InRange(2, 1 << 20));
+  cmd->add_option("--layers", *layers, "Override the layer count (layer 0 dense, the rest MSA + MoE)")->check(InRange(1, 1024));
   cmd->add_option("--shard-mb", *shard_mb, "Split into safetensors shards of at most this many MB");
   cmd->callback([=] {
     if (*block) opt->block_size = *block;

@@ -7,6 +7,7 @@
 
 #include "m3/error.h"
 #include "commands.h"
+#include "usage.h"
 #include "m3/npy.h"
 #include "vision/image_decode.h"
 #include "vision/preprocess.h"
@@ -36,10 +37,10 @@ void register_preprocess(CLI::App& app) {
   cmd->add_option("image", a->image, "PNG, JPEG, BMP or GIF file")->required();
   cmd->add_option("--out", a->out, "Output .npy, float32 [grid_t*grid_h*grid_w, 1176]")->required();
   cmd->add_option("--grid-out", a->grid_out, "Write \"t h w\" (grid_thw) to this text file");
-  cmd->add_option("--max-pixels", a->max_pixels, "smart_resize upper bound on H*W (default 451584)")->check(CLI::PositiveNumber);
-  cmd->add_option("--min-pixels", a->min_pixels, "smart_resize lower bound on H*W (default 3136)")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-long-side", a->max_long_side, "Long-side mode: cap the long side at N pixels")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-decode-pixels", a->max_decode_pixels, "Refuse images with more pixels than this")->check(CLI::PositiveNumber);
+  cmd->add_option("--max-pixels", a->max_pixels, "smart_resize upper bound on H*W (default 451584)")->check(Positive());
+  cmd->add_option("--min-pixels", a->min_pixels, "smart_resize lower bound on H*W (default 3136)")->check(Positive());
+  cmd->add_option("--max-long-side", a->max_long_side, "Long-side mode: cap the long side at N pixels")->check(Positive());
+  cmd->add_option("--max-decode-pixels", a->max_decode_pixels, "Refuse images with more pixels than this")->check(Positive());
   cmd->add_option("--resized-out", a->resized_out, "Also write the resized RGB image, float32 [H', W', 3] of levels 0..255");
   cmd->add_option("--decoded-out", a->decoded_out, "Also write the decoded RGB image, float32 [H, W, 3]");
   cmd->callback([a] {

@@ -11,6 +11,7 @@
 
 #include "m3/error.h"
 #include "commands.h"
+#include "usage.h"
 #include "m3/npy.h"
 #include "vision/video_preprocess.h"
 
@@ -28,12 +29,12 @@ void register_preprocess_video(CLI::App& app) {
   cmd->add_option("--out", a->out, "Write pixel_values, float32 [grid_t*grid_h*grid_w, 1176] (.npy)");
   cmd->add_option("--frames-out", a->frames_out, "Write the decoded sampled frames, float32 [n, H, W, 3] of levels 0..255");
   cmd->add_option("--json", a->json_out, "Write a JSON summary (indices, fps, size, grid, timestamps)");
-  cmd->add_option("--fps", a->s.fps, "Frames sampled per second")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--min-frames", a->s.min_frames, "Fewest sampled frames")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--max-frames", a->s.max_frames, "Most sampled frames")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--fps", a->s.fps, "Frames sampled per second")->capture_default_str()->check(Positive());
+  cmd->add_option("--min-frames", a->s.min_frames, "Fewest sampled frames")->capture_default_str()->check(Positive());
+  cmd->add_option("--max-frames", a->s.max_frames, "Most sampled frames")->capture_default_str()->check(Positive());
   cmd->add_option("--max-duration", a->s.max_duration_s, "Longer videos are sampled evenly at max-duration*fps instants")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--max-long-side", a->max_long_side, "Long-side mode: cap the long side at N pixels")->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(Positive());
+  cmd->add_option("--max-long-side", a->max_long_side, "Long-side mode: cap the long side at N pixels")->check(Positive());
   cmd->callback([a] {
     vision::PreprocessConfig cfg = vision::PreprocessConfig::video_frames();
     if (a->max_long_side > 0) cfg.max_long_side_pixel = a->max_long_side;

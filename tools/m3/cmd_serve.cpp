@@ -8,7 +8,9 @@
 #include "cache_type.h"
 #include "commands.h"
 #include "m3/chat/json_depth.h"
+#include "run_options.h"
 #include "server/http_server.h"
+#include "usage.h"
 
 namespace m3::cli {
 
@@ -33,33 +35,36 @@ void bound_allocator_retention() {
 
 void register_serve(CLI::App& app) {
   auto o = std::make_shared<server::ServerOptions>();
+  auto run = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
-  cmd->add_option("-m,--model", o->model_dir, "Model folder")->required();
+  add_run_options(cmd, *run, "Context: prompt + completion tokens (default: min(32768, max_position_embeddings))",
+                  "-c,--ctx-size,--ctx");
   cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
-  cmd->add_option("--port", o->port, "Port (0: any free port, printed on stderr)")->capture_default_str()->check(CLI::Range(0, 65535));
-  cmd->add_option("-c,--ctx", o->ctx, "Context: prompt + completion tokens (default: min(32768, max_position_embeddings))")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--port", o->port, "Port (0: any free port, printed on stderr)")->capture_default_str()->check(InRange(0, 65535));
   cmd->add_option("--api-key", o->api_key, "Require \"Authorization: Bearer KEY\" on every path but /health");
-  cmd->add_option("-t,--threads", o->threads, "Engine threads (default: all cores)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--max-json-depth", o->max_json_depth, "Deepest nesting of arrays/objects a request body may have (400 beyond)")
-      ->capture_default_str()->check(CLI::Range(1, chat::kMaxJsonDepthLimit));
+      ->capture_default_str()->check(InRange(1, chat::kMaxJsonDepthLimit));
   cmd->add_option("--cache-mb", o->cache_mb, "Prefix cache budget in MiB (KV of recent sequences; 0: off)")->capture_default_str();
   cmd->add_option("-b,--chunk", o->prefill_chunk, "Prefill chunk (tokens per forward pass)")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive());
   cmd->add_option("--alias", o->model_name, "Model id reported by /v1/models (default: the folder name)");
   cmd->add_option("--parallel", o->parallel, "Sequences decoded together (continuous batching); more wait in a FIFO queue")
-      ->capture_default_str()->check(CLI::Range(1, 256));
+      ->capture_default_str()->check(InRange(1, 256));
   cmd->add_option("--timeout", o->timeout_seconds, "Seconds a client may stall sending its request or reading the response")
-      ->capture_default_str()->check(CLI::Range(1, 86400));
+      ->capture_default_str()->check(InRange(1, 86400));
   cmd->add_option("--allowed-local-media-path", o->allowed_local_media_path,
                   "Image parts may name local files under this folder (default: only data: URLs)");
-  cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(CLI::PositiveNumber);
-  auto cache_type = std::make_shared<std::string>("f32");
-  add_cache_type_option(cmd, *cache_type);
-  cmd->callback([o, cache_type] {
-    o->cache_type = cache_type_of(*cache_type);
+  cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(Positive());
+  cmd->callback([o, run] {
+    start_run(*run);
+    o->model_dir = run->model;
+    o->threads = run->threads;
+    o->ctx = run->ctx_size;
+    o->cache_type = run_cache_type(*run);
+    o->mmap = !run->no_mmap;
+    o->mlock = run->mlock;
     bound_allocator_retention();
     server::run_server(*o);
   });

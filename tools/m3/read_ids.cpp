@@ -1,6 +1,7 @@
 #include "read_ids.h"
 
 #include <cctype>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -32,6 +33,10 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& what)
 }
 
 std::string read_text_file(const std::string& path) {
+  std::error_code ec;
+  M3_CHECK(!std::filesystem::is_directory(path, ec), path, ": is a folder, not a file");
+  M3_CHECK(std::filesystem::exists(path, ec), path, ": no such file");
+  M3_CHECK(std::filesystem::is_regular_file(path, ec), path, ": not a regular file");
   std::ifstream f(path, std::ios::binary);
   M3_CHECK(f, path, ": cannot open");
   std::stringstream ss;
