@@ -37,7 +37,7 @@ def main():
 
     def body(i, j):
         text = " ".join(words[(i * 7 + j * 3 + k) % len(words)] for k in range(args.prompt_words))
-        return {"model": "bench", "temperature": 0, "max_tokens": args.max_tokens, "ignore_eos": True,
+        return {"model": os.path.basename(os.path.normpath(args.model)), "temperature": 0, "max_tokens": args.max_tokens, "ignore_eos": True,
                 "messages": [{"role": "user", "content": f"Request {i}-{j}: {text}"}]}
 
     bodies = [[body(i, j) for j in range(args.requests)] for i in range(args.clients)]

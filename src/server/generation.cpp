@@ -235,20 +235,26 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
   ex_->finish(200, dump(r));
 }
 
-void Generation::fail(const std::string& what) {
+void Generation::fail(const std::string& what) { end_with_error(500, error_body("generation failed: " + what, "server_error")); }
+
+void Generation::abort_for_shutdown() {
+  end_with_error(503, error_body("the server is shutting down; the generation was stopped", "server_error", {},
+                                 "server_shutting_down"));
+}
+
+void Generation::end_with_error(int status, const Json& err) {
   if (group_) {  // the request ends here; its other choices are cancelled
     std::lock_guard<std::mutex> lk(group_->mu);
     if (group_->ended) return;
     group_->ended = true;
     ex_->cancelled = true;
   }
-  const Json err = error_body("generation failed: " + what, "server_error");
   if (stream_) {
     ex_->push(sse(err));
     ex_->push("data: [DONE]\n\n");
-    ex_->finish(500, "");
+    ex_->finish(status, "");
   } else {
-    ex_->finish(500, dump(err));
+    ex_->finish(status, dump(err));
   }
 }
 

@@ -61,12 +61,16 @@ class Generation {
   void complete(Metrics& metrics, bool cancelled);
   // Ends the request with a 500 (the engine failed): the error as a last SSE event or the body.
   void fail(const std::string& what);
+  // Ends the request with a 503 because the server is shutting down (its grace period is over):
+  // the error as the last SSE event, then [DONE], or as the body.
+  void abort_for_shutdown();
 
   // Prompt and generated tokens whose K/V the sequence's cache holds once it stops (every
   // generated token but the last, which is never fed back).
   std::vector<int32_t> cached_tokens() const;
 
  private:
+  void end_with_error(int status, const Json& error);
   void chunk(Json delta_or_text, const Json& finish_reason);
   void emit_deltas(const std::vector<chat::ChatDelta>& ds);
   void emit_text(const std::string& s);

@@ -1,6 +1,7 @@
 #include "server/http_connection.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -9,6 +10,7 @@
 #include <boost/beast/http.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <cctype>
 #include <semaphore>
 #include <thread>
@@ -337,11 +339,18 @@ class Connection {
   std::string method_, path_;
 };
 
+HttpHeaders HttpResponder::with_always(const HttpHeaders& extra) const {
+  if (always_.empty()) return extra;
+  HttpHeaders all = always_;
+  all.insert(all.end(), extra.begin(), extra.end());
+  return all;
+}
+
 bool HttpResponder::send(int status, std::string_view content_type, std::string_view body, const HttpHeaders& extra) {
-  return c_.send(status, content_type, body, extra);
+  return c_.send(status, content_type, body, with_always(extra));
 }
 bool HttpResponder::begin_stream(int status, std::string_view content_type, const HttpHeaders& extra) {
-  return c_.begin_stream(status, content_type, extra);
+  return c_.begin_stream(status, content_type, with_always(extra));
 }
 bool HttpResponder::write_stream(std::string_view data) { return c_.write_stream(data); }
 bool HttpResponder::end_stream() { return c_.end_stream(); }
@@ -349,6 +358,7 @@ bool HttpResponder::peer_closed() const { return c_.peer_closed(); }
 
 struct HttpListener::Impl {
   HttpLimits limits;
+  std::atomic<bool> stopping{false};
   net::io_context ioc{1};
   tcp::acceptor acceptor{ioc};
   HttpHandler handler;
@@ -375,27 +385,36 @@ HttpListener::~HttpListener() = default;
 
 int HttpListener::port() const { return impl_->acceptor.local_endpoint().port(); }
 
+void HttpListener::stop() {
+  impl_->stopping.store(true);
+  // Wakes the accept() that serve() is blocked in (it fails with EINVAL); closing the acceptor from
+  // another thread would race with it. No connection is queued or accepted after this.
+  ::shutdown(impl_->acceptor.native_handle(), SHUT_RDWR);
+}
+
 void HttpListener::serve(HttpHandler handler, HttpLogger logger) {
   impl_->handler = std::move(handler);
   impl_->logger = std::move(logger);
   // One thread per connection, at most max_connections: a handler blocks while its answer is
   // generated, and further clients wait in the listen backlog.
-  std::counting_semaphore<> slots(impl_->limits.max_connections);
-  for (;;) {
-    slots.acquire();
+  // Shared: a detached connection thread may still release its slot after serve() has returned.
+  auto slots = std::make_shared<std::counting_semaphore<>>(impl_->limits.max_connections);
+  while (!impl_->stopping.load()) {
+    if (!slots->try_acquire_for(std::chrono::milliseconds(200))) continue;  // all busy: look at stopping again
     auto conn = std::make_unique<Connection>(impl_->limits, impl_->handler, impl_->logger);
     beast::error_code ec;
     impl_->acceptor.accept(conn->socket(), ec);
     if (ec) {
-      slots.release();
+      slots->release();
+      if (impl_->stopping.load()) break;
       // Out of descriptors or a connection aborted before it was accepted: try again shortly.
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       continue;
     }
-    std::thread([c = std::move(conn), &slots]() mutable {
+    std::thread([c = std::move(conn), slots]() mutable {
       c->serve();
       c.reset();
-      slots.release();
+      slots->release();
     }).detach();
   }
 }

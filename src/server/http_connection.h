@@ -50,9 +50,13 @@ class HttpResponder {
   // True once the client has closed or reset its connection; never blocks. More data from it (a
   // pipelined request) is not a close.
   bool peer_closed() const;
+  // Header fields added to whatever this request's response turns out to be (CORS).
+  void add_header(std::string name, std::string value) { always_.emplace_back(std::move(name), std::move(value)); }
 
  private:
+  HttpHeaders with_always(const HttpHeaders& extra) const;
   Connection& c_;
+  HttpHeaders always_;
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
@@ -65,8 +69,11 @@ class HttpListener {
   HttpListener(const std::string& host, int port, const HttpLimits& limits);
   ~HttpListener();
   int port() const;
-  // Accepts and serves connections until the process ends.
+  // Accepts and serves connections until stop(); then returns at once (connections already
+  // accepted go on in their threads: the caller waits for what it must).
   void serve(HttpHandler handler, HttpLogger logger);
+  // From any thread (a signal thread): no connection is accepted after this; serve() returns.
+  void stop();
 
  private:
   struct Impl;

@@ -1,5 +1,11 @@
 #include "server/http_server.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -8,6 +14,7 @@
 #include <filesystem>
 #include <mutex>
 #include <random>
+#include <thread>
 
 #include "m3/error.h"
 #include "m3/chat/chat_template.h"
@@ -16,6 +23,7 @@
 #include "m3/tokenizer.h"
 #include "m3/version.h"
 #include "server/api_error.h"
+#include "server/cors.h"
 #include "server/http_connection.h"
 #include "server/media.h"
 #include "server/metrics.h"
@@ -105,7 +113,12 @@ class Server {
                  std::string(dtype_name(opt_.cache_type)).c_str(), (unsigned long long)opt_.cache_mb);
     std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), http.port());
     std::fflush(stderr);
-    http.serve([this](const HttpRequest& req, HttpResponder& res) { route(req, res); },
+    listener_.store(&http);
+    http.serve([this](const HttpRequest& req, HttpResponder& res) {
+                 in_flight_.fetch_add(1);
+                 route(req, res);
+                 in_flight_.fetch_sub(1);
+               },
                [this](const std::string& method, const std::string& path, int status) {
                  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
                  std::string ep = "other";
@@ -114,10 +127,70 @@ class Server {
                  metrics_.count_request(ep, status);
                  std::fprintf(stderr, "m3 serve: %s %s %d\n", method.c_str(), path.c_str(), status);
                });
+    finish_shutdown();
+  }
+
+  // SIGINT or SIGTERM (from the signal thread): stop accepting; serve() then finishes the rest.
+  void begin_shutdown(const char* signal_name) {
+    if (stopping_.exchange(true)) return;
+    shutdown_started_ = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "m3 serve: %s: no new connections; %d request(s) in flight get up to %d s to finish (--shutdown-grace)\n",
+                 signal_name, in_flight_.load(), opt_.shutdown_grace_seconds);
+    std::fflush(stderr);
+    if (HttpListener* l = listener_.load()) l->stop();
   }
 
  private:
+  // After the listener stopped: in-flight requests finish within the grace period; past it the
+  // scheduler ends them with a 503 final event. Then the process exits 0 with every answer
+  // written. It exits here rather than unwinding: threads of idle kept-alive connections still
+  // wait on their sockets, and nothing they hold needs a destructor.
+  void finish_shutdown() {
+    auto wait_idle = [&](std::chrono::steady_clock::time_point until) {
+      while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      return in_flight_.load() == 0;
+    };
+    const auto grace_end = shutdown_started_ + std::chrono::seconds(opt_.shutdown_grace_seconds);
+    if (!wait_idle(grace_end)) {
+      std::fprintf(stderr, "m3 serve: grace period over: ending %d request(s) with 503 server_shutting_down\n", in_flight_.load());
+      scheduler_->abort_all();
+      wait_idle(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+    }
+    std::fprintf(stderr, "m3 serve: stopped\n");
+    std::fflush(nullptr);
+    std::_Exit(in_flight_.load() == 0 ? 0 : 1);
+  }
+
   void route(const HttpRequest& req, HttpResponder& res) {
+    // CORS first: a preflight carries no API key, and every answer to an allowed origin (errors
+    // included) must name it, or the browser hides the answer from the page.
+    const CorsDecision cors = cors_decide(opt_.cors_origins, req.header("Origin"), req.header("Host"));
+    if (cors == CorsDecision::Refused) {
+      send_json(res, 403, error_body("origin " + req.header("Origin") + " is not allowed: start the server with --cors-origin",
+                                     "invalid_request_error", {}, "origin_not_allowed"));
+      return;
+    }
+    if (cors == CorsDecision::Allowed) {
+      res.add_header("Access-Control-Allow-Origin", req.header("Origin"));
+      res.add_header("Vary", "Origin");
+    }
+    const std::string allow = allowed_methods(req.path);
+    if (req.method == "OPTIONS") {
+      HttpHeaders h = {{"Allow", allow.empty() ? "OPTIONS" : allow + ", OPTIONS"}};
+      if (cors == CorsDecision::Allowed) {
+        h.emplace_back("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        const std::string asked = req.header("Access-Control-Request-Headers");
+        h.emplace_back("Access-Control-Allow-Headers", asked.empty() ? "Authorization, Content-Type" : asked);
+        h.emplace_back("Access-Control-Max-Age", "600");
+      }
+      res.send(204, "text/plain", "", h);
+      return;
+    }
+    if (stopping_.load() && req.path != "/health") {
+      send_json(res, 503, error_body("the server is shutting down", "server_error", {}, "server_shutting_down"));
+      return;
+    }
     if (!opt_.api_key.empty() && req.path != "/health") {
       const std::string auth = req.header("Authorization");
       if (auth != "Bearer " + opt_.api_key) {
@@ -127,22 +200,52 @@ class Server {
         return;
       }
     }
-    const bool get = req.method == "GET", post = req.method == "POST";
-    if (get && req.path == "/health") {
-      send_json(res, 200, Json{{"status", "ok"}});
-    } else if (get && req.path == "/metrics") {
-      res.send(200, "text/plain; version=0.0.4", metrics_.render());
-    } else if (get && req.path == "/v1/models") {
-      Json m = {{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "m3.cpp"},
-                {"context_length", ctx_}};
-      send_json(res, 200, Json{{"object", "list"}, {"data", Json::array({m})}});
-    } else if (post && req.path == "/v1/chat/completions") {
-      handle(req, res, Endpoint::Chat);
-    } else if (post && req.path == "/v1/completions") {
-      handle(req, res, Endpoint::Completion);
-    } else {
+    if (allow.empty()) {
       send_json(res, 404, error_body("unknown path: " + req.method + " " + req.path, "invalid_request_error", {}, "not_found"));
+      return;
     }
+    if (allow != req.method) {
+      res.send(405, "application/json",
+               dump(error_body(req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")",
+                               "invalid_request_error", {}, "method_not_allowed")),
+               {{"Allow", allow + ", OPTIONS"}});
+      return;
+    }
+    if (req.path == "/health") {
+      send_json(res, 200, Json{{"status", stopping_.load() ? "shutting_down" : "ok"}});
+    } else if (req.path == "/metrics") {
+      res.send(200, "text/plain; version=0.0.4", metrics_.render());
+    } else if (req.path == "/v1/models") {
+      send_json(res, 200, Json{{"object", "list"}, {"data", Json::array({model_object()})}});
+    } else if (req.path.rfind("/v1/models/", 0) == 0) {
+      const std::string id = req.path.substr(std::string("/v1/models/").size());
+      if (id != model_name_) {
+        send_json(res, 404, model_not_found(id));
+        return;
+      }
+      send_json(res, 200, model_object());
+    } else if (req.path == "/v1/chat/completions") {
+      handle(req, res, Endpoint::Chat);
+    } else {
+      handle(req, res, Endpoint::Completion);
+    }
+  }
+
+  // The method a path answers ("" for an unknown path).
+  static std::string allowed_methods(const std::string& path) {
+    if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET";
+    if (path.rfind("/v1/models/", 0) == 0 && path.size() > std::string("/v1/models/").size()) return "GET";
+    if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
+    return "";
+  }
+
+  Json model_object() const {
+    return {{"id", model_name_}, {"object", "model"}, {"created", started_}, {"owned_by", "m3.cpp"}, {"context_length", ctx_}};
+  }
+
+  static Json model_not_found(const std::string& id) {
+    return error_body("The model `" + id + "` does not exist (this server serves one model; see GET /v1/models)",
+                      "invalid_request_error", "model", "model_not_found");
   }
 
   void handle(const HttpRequest& req, HttpResponder& res, Endpoint endpoint) {
@@ -210,6 +313,7 @@ class Server {
     const Tokenizer& tok = engine_->tokenizer();
     if (endpoint == Endpoint::Chat) {
       ChatRequest r = parse_chat_request(j, random_seed(), engine_->info().default_sampling);
+      check_model(r.gen.model);
       check_token_ids(r.gen, sample_vocab_);
       chat::RenderedPrompt prompt;
       try {
@@ -248,6 +352,7 @@ class Server {
       job->id = "chatcmpl-" + random_hex(24);
     } else {
       CompletionRequest r = parse_completion_request(j, random_seed(), engine_->info().default_sampling);
+      check_model(r.gen.model);
       check_token_ids(r.gen, sample_vocab_);
       // A raw prompt: control tokens written in it are matched (it is the caller's own markup).
       job->prompt.append_tokens(tok.encode(r.prompt, /*allow_special=*/true));
@@ -267,7 +372,18 @@ class Server {
     return job;
   }
 
+  // 404 for a model this server does not serve, unless --accept-any-model (llama-server's way).
+  void check_model(const std::string& requested) const {
+    if (requested.empty() || requested == model_name_ || opt_.accept_any_model) return;
+    const Json body = model_not_found(requested);
+    throw ApiError(404, body["error"]["message"].get<std::string>(), "model", "model_not_found");
+  }
+
   ServerOptions opt_;
+  std::atomic<HttpListener*> listener_{nullptr};
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> in_flight_{0};
+  std::chrono::steady_clock::time_point shutdown_started_;
   std::unique_ptr<Engine> engine_;
   int64_t ctx_ = 0;
   std::string model_name_;
@@ -280,8 +396,41 @@ class Server {
 
 }  // namespace
 
+namespace {
+
+// SIGINT/SIGTERM reach whichever thread the kernel picks (libraries such as OpenBLAS start
+// threads before main, so blocking the signals for a sigwait thread cannot cover them all): the
+// handler only writes the signal number to a pipe, which a watcher thread reads.
+int g_signal_pipe[2] = {-1, -1};
+
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  if (::write(g_signal_pipe[1], &b, 1) < 0) { /* nothing safe to do in a handler */ }
+}
+
+}  // namespace
+
 void run_server(const ServerOptions& options) {
   Server s(options);
+  M3_CHECK(::pipe2(g_signal_pipe, O_CLOEXEC) == 0, "m3 serve: cannot create the signal pipe");
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  // The first signal starts the graceful shutdown; a second ends the process at once.
+  std::thread([&s] {
+    unsigned char sig = 0;
+    while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    s.begin_shutdown(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    while (::read(g_signal_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    std::fprintf(stderr, "m3 serve: second signal: exiting now\n");
+    std::fflush(nullptr);
+    std::_Exit(1);
+  }).detach();
   s.serve();
 }
 

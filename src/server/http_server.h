@@ -3,6 +3,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "m3/dtype.h"
 
@@ -26,11 +27,17 @@ struct ServerOptions {
   int parallel = 1;              // sequences decoded together (continuous batching)
   int timeout_seconds = 60;
   int max_json_depth = 128;      // request bodies nested deeper are refused with 400 (chat/json_depth.h)
-  std::string allowed_local_media_path;  // image parts may name files under this folder; empty: data: URLs only      // HTTP read/write timeout: slow or stalled clients are dropped
+  std::string allowed_local_media_path;  // image parts may name files under this folder; empty: data: URLs only
+  std::vector<std::string> cors_origins;  // --cors-origin: origins whose pages may call the API ("*": any)
+  bool accept_any_model = false;          // true: any "model" name is served (llama-server's way); false: 404
+  int shutdown_grace_seconds = 5;         // SIGINT/SIGTERM: in-flight requests get this long to finish
 };
 
-// Loads the model, binds, prints "m3 serve: listening on http://HOST:PORT" on stderr and serves
-// until the process ends. Throws m3::Error when the model cannot be loaded or the port bound.
+// Loads the model, binds, prints "m3 serve: listening on http://HOST:PORT" on stderr and serves.
+// SIGINT or SIGTERM stops it gracefully: no new connections, in-flight requests get
+// shutdown_grace_seconds to finish and are then ended with a 503 final event, and the process
+// exits 0 (a second signal: at once, 1). Throws m3::Error when the model cannot be loaded or the
+// port bound.
 void run_server(const ServerOptions& options);
 
 }  // namespace m3::server

@@ -49,6 +49,14 @@ void Scheduler::submit(std::vector<std::unique_ptr<Generation>> generations) {
   publish_queue();
 }
 
+void Scheduler::abort_all() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    abort_ = true;
+  }
+  cv_.notify_all();
+}
+
 void Scheduler::publish_queue() {
   int64_t waiting;
   {
@@ -61,15 +69,32 @@ void Scheduler::publish_queue() {
 void Scheduler::loop() {
   for (;;) {
     std::deque<std::unique_ptr<Generation>> arrivals;
+    bool aborting = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty() || !running_.empty(); });
       if (stop_) break;
-      const size_t free_slots = size_t(opt_.parallel) - running_.size();
-      while (!queue_.empty() && arrivals.size() < free_slots) {
-        arrivals.push_back(std::move(queue_.front()));
-        queue_.pop_front();
+      aborting = abort_;
+      if (aborting) {
+        arrivals.swap(queue_);
+      } else {
+        const size_t free_slots = size_t(opt_.parallel) - running_.size();
+        while (!queue_.empty() && arrivals.size() < free_slots) {
+          arrivals.push_back(std::move(queue_.front()));
+          queue_.pop_front();
+        }
       }
+    }
+    if (aborting) {  // shutdown: every request ends now, with its final event
+      for (Sequence& s : running_) {
+        if (s.id >= 0) batch_.finish(s.id, s.gen->cached_tokens());
+        s.gen->abort_for_shutdown();
+      }
+      running_.clear();
+      for (auto& g : arrivals) g->abort_for_shutdown();
+      running_count_ = 0;
+      publish_queue();
+      continue;
     }
     admit(arrivals);
     for (Sequence& s : running_) {  // a waiting choice whose leader has gone (failed, cancelled) prefills itself

@@ -38,6 +38,9 @@ class Scheduler {
   // The choices of one request (n > 1), queued together so that they are admitted in one step
   // when slots allow (then choice 0's prompt is prefilled once for all).
   void submit(std::vector<std::unique_ptr<Generation>> generations);
+  // Shutdown after the grace period: every running and queued request ends at once with a 503
+  // (Generation::abort_for_shutdown), and later submissions likewise.
+  void abort_all();
 
  private:
   struct Sequence {
@@ -74,6 +77,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Generation>> queue_;
   bool stop_ = false;
+  bool abort_ = false;  // abort_all() was called
   std::thread thread_;  // last: started once everything above exists
 };
 

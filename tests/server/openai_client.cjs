@@ -90,6 +90,24 @@ const tools = [{
     eq(ids, ['tiny'], 'model ids');
   });
 
+  await check('models.retrieve: the served model, and 404 model_not_found for another', async () => {
+    const m = await warm.models.retrieve('tiny');
+    eq(m.id, 'tiny', 'id');
+    eq(m.object, 'model', 'object');
+    const e = await expectApiError(warm.models.retrieve('gpt-4o'), 404, 'gpt-4o');
+    eq(e.code, 'model_not_found', 'code');
+    await expectApiError(warm.chat.completions.create({ ...base, model: 'gpt-4o' }), 404, 'does not exist');
+  });
+
+  await check('405 with Allow for a wrong method; a CORS preflight is refused without --cors-origin', async () => {
+    const r = await fetch(URL_WARM + '/v1/chat/completions', { method: 'GET' });
+    eq(r.status, 405, 'status');
+    eq(r.headers.get('allow'), 'POST, OPTIONS', 'Allow');
+    const pre = await fetch(URL_WARM + '/v1/chat/completions', {
+      method: 'OPTIONS', headers: { Origin: 'http://elsewhere.example', 'Access-Control-Request-Method': 'POST' } });
+    eq(pre.status, 403, 'preflight from an origin not allowed');
+  });
+
   await check('non-streaming chat completion', async () => {
     first = await warm.chat.completions.create(base);
     eq(first.object, 'chat.completion', 'object');

@@ -8,6 +8,7 @@
 #include "cache_type.h"
 #include "commands.h"
 #include "m3/chat/json_depth.h"
+#include "read_ids.h"
 #include "run_options.h"
 #include "server/http_server.h"
 #include "usage.h"
@@ -41,7 +42,16 @@ void register_serve(CLI::App& app) {
                   "-c,--ctx-size,--ctx");
   cmd->add_option("--host", o->host, "Address to bind (loopback by default)")->capture_default_str();
   cmd->add_option("--port", o->port, "Port (0: any free port, printed on stderr)")->capture_default_str()->check(InRange(0, 65535));
-  cmd->add_option("--api-key", o->api_key, "Require \"Authorization: Bearer KEY\" on every path but /health");
+  cmd->add_option("--api-key", o->api_key, "Require \"Authorization: Bearer KEY\" on every path but /health (also: M3_API_KEY)");
+  auto key_file = std::make_shared<std::string>();
+  cmd->add_option("--api-key-file", *key_file, "Read the API key from this file (its first line), so it is not in the process list");
+  cmd->add_option("--cors-origin", o->cors_origins,
+                  "Origin whose web pages may call the API, e.g. http://localhost:3000 (repeatable; * for any). "
+                  "Default: none but the server's own");
+  cmd->add_flag("--accept-any-model", o->accept_any_model, "Serve requests whatever \"model\" they name (default: 404 for another name)");
+  cmd->add_option("--shutdown-grace", o->shutdown_grace_seconds,
+                  "Seconds in-flight requests get to finish after SIGINT/SIGTERM, before they are ended with a 503 event")
+      ->capture_default_str()->check(InRange(0, 3600));
   cmd->add_option("--max-body-bytes", o->max_body_bytes, "Largest request body accepted (413 beyond)")->capture_default_str()
       ->check(Positive());
   cmd->add_option("--max-json-depth", o->max_json_depth, "Deepest nesting of arrays/objects a request body may have (400 beyond)")
@@ -57,8 +67,16 @@ void register_serve(CLI::App& app) {
   cmd->add_option("--allowed-local-media-path", o->allowed_local_media_path,
                   "Image parts may name local files under this folder (default: only data: URLs)");
   cmd->add_option("--http-threads", o->http_threads, "HTTP connection threads")->capture_default_str()->check(Positive());
-  cmd->callback([o, run] {
+  cmd->callback([o, run, key_file] {
     start_run(*run);
+    if (o->api_key.empty() && !key_file->empty()) {
+      std::string key = read_text_file(*key_file);
+      key = key.substr(0, key.find_first_of("\r\n"));
+      M3_CHECK(!key.empty(), *key_file, ": the first line is empty (expected the API key)");
+      o->api_key = key;
+    }
+    if (o->api_key.empty())
+      if (const char* env = std::getenv("M3_API_KEY"); env != nullptr && *env != '\0') o->api_key = env;
     o->model_dir = run->model;
     o->threads = run->threads;
     o->ctx = run->ctx_size;
