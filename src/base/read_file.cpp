@@ -13,7 +13,10 @@ namespace m3 {
 
 void check_regular_file(const std::string& path, const char* what) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) fail(path, ": cannot open ", what, ": ", std::strerror(errno));
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) fail(path, ": no such file (cannot open ", what, ")");
+    fail(path, ": cannot open ", what, ": ", std::strerror(errno));
+  }
   if (S_ISDIR(st.st_mode)) fail(path, ": is a folder, not ", what);
   if (!S_ISREG(st.st_mode)) fail(path, ": not a regular file (expected ", what, ")");
 }
