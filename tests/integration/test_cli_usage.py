@@ -161,6 +161,22 @@ check("--image on a folder is one error line", run_error(r, "is a folder, not an
 r = run("generate", "-m", vl, "-p", "x", "--video", SCRATCH)
 check("--video on a folder is one error line", run_error(r, "is a folder, not a video file"), r.stderr)
 
+# inspect: the cache in the type the commands use (f32 unless told), the total for a serve, the RAM.
+def per_token(r):
+    return int(re.search(r"= ([\d,]+) bytes \(--cache-type", r.stdout).group(1).replace(",", ""))
+
+
+i32 = run("inspect", tiny, "-c", "4096")
+i16 = run("inspect", tiny, "-c", "4096", "--cache-type", "bf16")
+check("inspect counts the cache in the default type (f32: twice bf16)", i32.returncode == 0 and
+      "--cache-type f32" in i32.stdout and per_token(i32) == 2 * per_token(i16), (i32.stdout[-600:], i16.stderr))
+ip = run("inspect", tiny, "-c", "4096", "--parallel", "4", "--cache-mb", "0", "--ram", "64")
+check("inspect totals weights + P caches + prefix cache and says it fits", ip.returncode == 0 and
+      "4 sequence cache(s)" in ip.stdout and "fits          in --ram 64.00 GiB" in ip.stdout, ip.stdout[-500:])
+ismall = run("inspect", tiny, "-c", "65536", "--parallel", "8", "--ram", "0.01")
+check("inspect says what to change when it does not fit", "does not fit" in ismall.stdout and "Lower -c" in ismall.stdout,
+      ismall.stdout[-500:])
+
 # Ctrl-C in generate: the text so far, a final newline, the statistics, exit 130.
 p = subprocess.Popen([M3, "generate", "-m", tiny, "-p", prompt, "-n", "1000000", "--ignore-eos", "-t", "1"],
                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -8,6 +8,9 @@
 
 namespace m3::cli {
 
+// The cache type every command uses unless told otherwise.
+inline constexpr const char* kDefaultCacheType = "f32";
+
 CLI::Option* add_cache_type_option(CLI::App* cmd, std::string& value);
 DType cache_type_of(const std::string& value);  // value was checked by the option
 

@@ -48,7 +48,7 @@ std::vector<long long> parse_int_list(const std::string& text, const std::string
 
 void register_bench(CLI::App& app) {
   struct Args {
-    std::string model, depths = "0,16384,65536", cache_type = "f32", clock = "wall";
+    std::string model, depths = "0,16384,65536", cache_type = kDefaultCacheType, clock = "wall";
     int p = 512, n = 128, reps = 3, threads = 0, chunk = 512;
     std::string output = "md";
     bool json = false, skip_bounds = false;

@@ -81,7 +81,7 @@ struct Point {
 
 void register_bench_attention(CLI::App* bench) {
   struct Args {
-    std::string cache_type = "f32", clock = "wall", output = "md";
+    std::string cache_type = kDefaultCacheType, clock = "wall", output = "md";
     std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;

@@ -1,7 +1,9 @@
-// m3 inspect PATH [--context N]: what a config describes, from the config alone: layer pattern,
-// parameter counts (total / text / vision / active), weight bytes, KV + index-K cache per token
-// and at a context length, and what MSA attends at that length. When PATH is a checkpoint folder
-// with safetensors files, the tensors on disk are counted and compared with the config.
+// m3 inspect PATH [-c N] [--cache-type T] [--parallel P] [--cache-mb MB] [--ram GB]: what a config
+// describes, from the config alone: layer pattern, parameter counts (total / text / vision /
+// active), weight bytes, KV + index-K cache per token and at a context length (in the cache type
+// the commands use), what MSA attends at that length, and the memory a `serve` with those settings
+// needs against this machine's RAM. When PATH is a checkpoint folder with safetensors files, the
+// tensors on disk are counted and compared with the config.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -9,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "cache_type.h"
 #include "m3/error.h"
 #include "commands.h"
 #include "usage.h"
@@ -109,7 +114,34 @@ void print_checkpoint(const std::string& dir, const ModelCounts& counts) {
               commas(counts.weight_bytes).c_str(), bytes == counts.weight_bytes ? "" : "  MISMATCH");
 }
 
-void run_inspect(const std::string& path, int64_t context_arg) {
+struct InspectArgs {
+  std::string path;
+  int64_t context = 0;
+  std::string cache_type = kDefaultCacheType;
+  int parallel = 1;
+  uint64_t cache_mb = 2048;  // serve's default budget
+  double ram_gib = 0;        // 0: this machine's
+};
+
+// This machine's RAM (MemTotal) and what is available now (MemAvailable), in bytes; 0 when unknown.
+std::pair<uint64_t, uint64_t> machine_ram() {
+  uint64_t total = 0, avail = 0;
+  if (FILE* f = std::fopen("/proc/meminfo", "r")) {
+    char key[64];
+    unsigned long long kb = 0;
+    while (std::fscanf(f, "%63s %llu kB\n", key, &kb) == 2) {
+      if (std::string(key) == "MemTotal:") total = kb * 1024ull;
+      if (std::string(key) == "MemAvailable:") avail = kb * 1024ull;
+    }
+    std::fclose(f);
+  }
+  if (total == 0) total = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  return {total, avail};
+}
+
+void run_inspect(const InspectArgs& a) {
+  const std::string& path = a.path;
+  const int64_t context_arg = a.context;
   const bool is_dir = fs::is_directory(path);
   const std::string config_path = is_dir ? (fs::path(path) / "config.json").string() : path;
   const ModelConfig cfg = ModelConfig::from_file(config_path);
@@ -185,20 +217,49 @@ void run_inspect(const std::string& path, int64_t context_arg) {
   std::printf("  weight bytes  %s: bf16, except fp32 router, routing bias and patch embedding (%s params)\n",
               bytes_text(n.weight_bytes).c_str(), commas(n.fp32_params).c_str());
 
-  // Cache sizes. The default context is the longest the model was configured for.
+  // Cache sizes, in the cache type the commands use (--cache-type). The default context is the
+  // longest the model was configured for.
+  const DType cache_type = cache_type_of(a.cache_type);
+  const uint64_t elem = dtype_size(cache_type);
+  const uint64_t kv_token = n.kv_bytes_per_token / 2 * elem, ik_token = n.index_k_bytes_per_token / 2 * elem;
   const uint64_t ctx = context_arg > 0 ? uint64_t(context_arg) : uint64_t(t.max_position_embeddings);
   const uint64_t layer_kv = 2ull * t.num_key_value_heads * t.head_dim * 2;  // K + V, bf16, one layer
-  std::printf("\ncache per token KV %s bytes (%d layers x K,V x %d heads x %d x bf16) + index K %s bytes "
-              "(%d MSA layers x %d x bf16) = %s bytes\n",
-              commas(n.kv_bytes_per_token).c_str(), t.num_hidden_layers, t.num_key_value_heads, t.head_dim,
-              commas(n.index_k_bytes_per_token).c_str(), msa_layers, s.sparse_index_dim,
-              commas(n.kv_bytes_per_token + n.index_k_bytes_per_token).c_str());
+  std::printf("\ncache per token KV %s bytes (%d layers x K,V x %d heads x %d x %s) + index K %s bytes "
+              "(%d MSA layers x %d x %s) = %s bytes (--cache-type %s)\n",
+              commas(kv_token).c_str(), t.num_hidden_layers, t.num_key_value_heads, t.head_dim, a.cache_type.c_str(),
+              commas(ik_token).c_str(), msa_layers, s.sparse_index_dim, a.cache_type.c_str(),
+              commas(kv_token + ik_token).c_str(), a.cache_type.c_str());
   std::printf("context N       %s tokens%s%s\n", commas(ctx).c_str(),
-              context_arg > 0 ? "" : " (max_position_embeddings; set with --context)",
+              context_arg > 0 ? "" : " (max_position_embeddings; set with -c/--ctx-size)",
               ctx > uint64_t(t.max_position_embeddings) ? "  (beyond max_position_embeddings)" : "");
-  std::printf("  cache at N    KV %s + index K %s = %s\n", gib(double(n.kv_bytes_per_token) * ctx).c_str(),
-              gib(double(n.index_k_bytes_per_token) * ctx).c_str(),
-              gib(double(n.kv_bytes_per_token + n.index_k_bytes_per_token) * ctx).c_str());
+  std::printf("  cache at N    KV %s + index K %s = %s per sequence\n", gib(double(kv_token) * ctx).c_str(),
+              gib(double(ik_token) * ctx).c_str(), gib(double(kv_token + ik_token) * ctx).c_str());
+
+  // What `m3 serve -c N --parallel P --cache-mb MB` holds: the weights (mapped: they count once
+  // they are paged in), P caches of N tokens, and the prefix cache's budget.
+  const uint64_t weights = is_dir && fs::exists(fs::path(path) / "model.safetensors") ? TensorStore::open_dir(path).total_bytes()
+                                                                                       : n.weight_bytes;
+  const uint64_t caches = uint64_t(a.parallel) * (kv_token + ik_token) * ctx, prefix = a.cache_mb << 20;
+  const uint64_t total = weights + caches + prefix;
+  const auto [ram_total, ram_avail] = machine_ram();
+  const uint64_t ram = a.ram_gib > 0 ? uint64_t(a.ram_gib * double(1ull << 30)) : ram_total;
+  std::printf("\nmemory          weights %s + %d sequence cache(s) of N tokens %s + prefix cache %s = %s\n",
+              gib(double(weights)).c_str(), a.parallel, gib(double(caches)).c_str(), gib(double(prefix)).c_str(),
+              gib(double(total)).c_str());
+  if (ram > 0) {
+    const char* whose = a.ram_gib > 0 ? "--ram" : "this machine's";
+    if (total <= ram) {
+      std::printf("  fits          in %s %s of RAM, %s to spare%s\n", whose, gib(double(ram)).c_str(), gib(double(ram - total)).c_str(),
+                  a.ram_gib <= 0 && ram_avail > 0 && total > ram_avail
+                      ? str_cat(" (but only ", gib(double(ram_avail)), " is available now)").c_str()
+                      : "");
+    } else {
+      std::printf("  does not fit  in %s %s of RAM: %s short. Lower -c (the caches grow with N), --parallel or --cache-mb",
+                  whose, gib(double(ram)).c_str(), gib(double(total - ram)).c_str());
+      std::printf("%s; weights beyond RAM stay mapped and are read from disk as used (slow)\n",
+                  cache_type == DType::F32 ? ", or use --cache-type bf16 (half the cache)" : "");
+    }
+  }
 
   if (msa_layers > 0) {
     const uint64_t B = uint64_t(s.sparse_block_size), K = uint64_t(s.sparse_topk_blocks);
@@ -230,16 +291,20 @@ void run_inspect(const std::string& path, int64_t context_arg) {
 }  // namespace
 
 void register_inspect(CLI::App& app) {
-  auto path = std::make_shared<std::string>();
-  auto context = std::make_shared<int64_t>(0);
+  auto a = std::make_shared<InspectArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "inspect", "Summarise a model: layers, parameters, weight and cache bytes, MSA at a context length");
-  cmd->add_option("path", *path, "Model folder (with config.json) or a config.json file")->required();
+      "inspect", "Summarise a model: layers, parameters, weight and cache bytes, MSA at a context length, memory for serve");
+  cmd->add_option("path", a->path, "Model folder (with config.json) or a config.json file")->required();
   // Up to 2^32 so the pair counts below stay within 64 bits.
-  cmd->add_option("--context", *context, "Context length N for cache and MSA figures "
-                                         "(default: max_position_embeddings)")
+  cmd->add_option("-c,--ctx-size,--context", a->context, "Context length N for cache and MSA figures "
+                                                         "(default: max_position_embeddings)")
       ->check(InRange(1, double(int64_t(1) << 32)));
-  cmd->callback([path, context] { run_inspect(*path, *context); });
+  add_cache_type_option(cmd, a->cache_type);
+  cmd->add_option("--parallel", a->parallel, "Sequences served at once (serve --parallel): caches of N tokens each")
+      ->capture_default_str()->check(InRange(1, 256));
+  cmd->add_option("--cache-mb", a->cache_mb, "Prefix cache budget in MiB to count (serve --cache-mb)")->capture_default_str();
+  cmd->add_option("--ram", a->ram_gib, "RAM in GiB to plan for (default: this machine's MemTotal)")->check(NonNegative());
+  cmd->callback([a] { run_inspect(*a); });
 }
 
 }  // namespace m3::cli

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "cache_type.h"
 #include "m3/dtype.h"
 #include "m3/engine.h"
 
@@ -17,7 +18,7 @@ struct RunOptions {
   std::string model;
   int threads = 0;
   int64_t ctx_size = 0;  // 0: the command's default (the model's limit; serve: min(32768, it))
-  std::string cache_type = "f32", cache_type_k, cache_type_v;
+  std::string cache_type = kDefaultCacheType, cache_type_k, cache_type_v;
   bool no_mmap = false, mlock = false, verbose = false;
   std::string log_file;
   int n_gpu_layers = 0;
