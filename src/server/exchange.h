@@ -2,6 +2,7 @@
 // What an HTTP thread and the engine's scheduler share for one request: the prepared job (built on
 // the HTTP thread) and the exchange its output flows through.
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,9 @@ struct Exchange {
   int status = 200;
   std::string body;
   std::atomic<bool> cancelled{false};
+  // For the request's log line: what the generation(s) did (set before finish()).
+  int64_t prompt_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  double time_to_first_token = -1;  // seconds from arrival; -1: no token
 
   void push(std::string e) {
     {
@@ -61,6 +65,7 @@ struct Job {
   int64_t max_tokens = 0;
   std::string id, model;
   int64_t created = 0;
+  std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();  // TTFT is counted from here
 };
 
 }  // namespace m3::server

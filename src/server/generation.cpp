@@ -105,7 +105,10 @@ void Generation::start(int64_t reused) {
 }
 
 bool Generation::step(const float* logits, std::vector<int32_t>& feed) {
-  if (gen_.generated().empty()) first_token_ = std::chrono::steady_clock::now();
+  const auto now = std::chrono::steady_clock::now();
+  if (gen_.generated().empty()) first_token_ = now;
+  else gaps_.push_back(seconds_between(last_token_, now));
+  last_token_ = now;
   events_.clear();
   const bool more = gen_.step(logits, events_, feed);
   for (const TokenEvent& ev : events_) {
@@ -167,6 +170,15 @@ void Generation::complete(Metrics& metrics, bool cancelled) {
   metrics.count_generation(prompt_tokens, reused_, completion_tokens, prompt_tokens - reused_,
                            seconds_between(started_, sampled ? first_token_ : now),
                            std::max<int64_t>(0, completion_tokens - 1), sampled ? seconds_between(first_token_, now) : 0.0);
+  const double ttft = sampled ? seconds_between(job_->arrived, first_token_) : -1.0;
+  if (!cancelled) metrics.observe_latencies(ttft, gaps_, seconds_between(job_->arrived, now));
+  {
+    std::lock_guard<std::mutex> lk(ex_->mu);
+    ex_->prompt_tokens = prompt_tokens;
+    ex_->cached_tokens = std::max(ex_->cached_tokens, reused_);
+    ex_->generated_tokens += completion_tokens;
+    if (ttft >= 0 && (ex_->time_to_first_token < 0 || ttft < ex_->time_to_first_token)) ex_->time_to_first_token = ttft;
+  }
   if (cancelled) {
     metrics.count_cancelled();
     if (group_) {

@@ -92,7 +92,8 @@ class Generation {
   Json logprobs_ = Json::array();  // chat with logprobs: one entry per generated token (non-streaming)
   Json pending_logprob_;           // streaming: the entry of the token being emitted, sent with its first chunk
   int64_t reused_ = 0;
-  std::chrono::steady_clock::time_point started_, first_token_;
+  std::chrono::steady_clock::time_point started_, first_token_, last_token_;
+  std::vector<double> gaps_;  // seconds between consecutive sampled tokens (the inter-token histogram)
 };
 
 }  // namespace m3::server

@@ -172,8 +172,10 @@ class Connection {
     responded_ = streaming_ = stream_ended_ = chunked_ = false;
     method_ = path_ = "-";
     status_ = 0;
+    note_.clear();
 
     if (!read_request_line()) return;
+    started_ = std::chrono::steady_clock::now();
     beast::error_code ec = run_op([&](auto h) { http::async_read_header(stream_, buffer_, parser, h); });
     if (ec) {
       // The request line is parsed before the fields: the access log can name what was refused.
@@ -305,7 +307,16 @@ class Connection {
   }
 
   void finish() {
-    if (status_ != 0) logger_(method_, path_, status_);
+    if (status_ != 0) {
+      HttpLogEntry e;
+      e.method = method_;
+      e.path = path_;
+      e.status = status_;
+      e.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+      e.note = std::move(note_);
+      logger_(e);
+    }
+    note_.clear();
     if (!keep_alive_ || !open_) close_gracefully();
   }
 
@@ -336,6 +347,11 @@ class Connection {
   int fd_ = -1;
   bool responded_ = false, streaming_ = false, stream_ended_ = false, chunked_ = false;
   int status_ = 0;
+  std::string note_;  // HttpResponder::set_log_note
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+
+ public:
+  void set_note(std::string n) { note_ = std::move(n); }
   std::string method_, path_;
 };
 
@@ -355,6 +371,7 @@ bool HttpResponder::begin_stream(int status, std::string_view content_type, cons
 bool HttpResponder::write_stream(std::string_view data) { return c_.write_stream(data); }
 bool HttpResponder::end_stream() { return c_.end_stream(); }
 bool HttpResponder::peer_closed() const { return c_.peer_closed(); }
+void HttpResponder::set_log_note(std::string note) { c_.set_note(std::move(note)); }
 
 struct HttpListener::Impl {
   HttpLimits limits;

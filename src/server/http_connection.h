@@ -52,6 +52,8 @@ class HttpResponder {
   bool peer_closed() const;
   // Header fields added to whatever this request's response turns out to be (CORS).
   void add_header(std::string name, std::string value) { always_.emplace_back(std::move(name), std::move(value)); }
+  // What the access log line adds about this request (tokens, time to first token).
+  void set_log_note(std::string note);
 
  private:
   HttpHeaders with_always(const HttpHeaders& extra) const;
@@ -60,8 +62,15 @@ class HttpResponder {
 };
 
 using HttpHandler = std::function<void(const HttpRequest&, HttpResponder&)>;
-// Called once per response (framing errors too, where method and path are "-" when unknown).
-using HttpLogger = std::function<void(const std::string& method, const std::string& path, int status)>;
+// One line of the access log: called once per response (framing errors too, where method and path
+// are "-" when unknown), after it was written.
+struct HttpLogEntry {
+  std::string method, path;
+  int status = 0;
+  double seconds = 0;  // from the request's first byte to the end of the response
+  std::string note;    // HttpResponder::set_log_note
+};
+using HttpLogger = std::function<void(const HttpLogEntry&)>;
 
 class HttpListener {
  public:

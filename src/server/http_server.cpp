@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <mutex>
@@ -119,13 +120,23 @@ class Server {
                  route(req, res);
                  in_flight_.fetch_sub(1);
                },
-               [this](const std::string& method, const std::string& path, int status) {
+               [this](const HttpLogEntry& e) {
                  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};
                  std::string ep = "other";
                  for (const char* k : known)
-                   if (path == k) ep = k;
-                 metrics_.count_request(ep, status);
-                 std::fprintf(stderr, "m3 serve: %s %s %d\n", method.c_str(), path.c_str(), status);
+                   if (e.path == k) ep = k;
+                 metrics_.count_request(ep, e.status);
+                 // One line per request: UTC time, method, path, status, duration, and for
+                 // generations the tokens and the time to the first one.
+                 const auto now = std::chrono::system_clock::now();
+                 const std::time_t t = std::chrono::system_clock::to_time_t(now);
+                 const int ms = int(std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+                 std::tm tm{};
+                 gmtime_r(&t, &tm);
+                 char stamp[32];
+                 std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
+                 std::fprintf(stderr, "m3 serve: %s.%03dZ %s %s %d %.3f s%s%s\n", stamp, ms, e.method.c_str(), e.path.c_str(),
+                              e.status, e.seconds, e.note.empty() ? "" : " ", e.note.c_str());
                });
     finish_shutdown();
   }
@@ -271,6 +282,7 @@ class Server {
         if (res.peer_closed()) ex->cancelled = true;  // the scheduler ends it; the answer goes nowhere
       const int status = ex->status;
       const std::string body = std::move(ex->body);
+      res.set_log_note(log_note(*ex));
       lk.unlock();
       res.send(status, "application/json", body);
       return;
@@ -293,6 +305,7 @@ class Server {
         lk.lock();
       }
       if (ex->done) {
+        res.set_log_note(log_note(*ex) + " (stream)");
         lk.unlock();
         res.end_stream();
         return;
@@ -302,6 +315,19 @@ class Server {
         return;
       }
     }
+  }
+
+  // "prompt 120 (cached 96), generated 20, ttft 0.081 s" for the access log (ex->mu held).
+  static std::string log_note(const Exchange& ex) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "prompt %lld (cached %lld), generated %lld", (long long)ex.prompt_tokens,
+                  (long long)ex.cached_tokens, (long long)ex.generated_tokens);
+    std::string note = buf;
+    if (ex.time_to_first_token >= 0) {
+      std::snprintf(buf, sizeof buf, ", ttft %.3f s", ex.time_to_first_token);
+      note += buf;
+    }
+    return note;
   }
 
   // Parses, renders and tokenizes the request (HTTP thread; the tokenizer is thread-safe).

@@ -4,6 +4,44 @@
 
 namespace m3::server {
 
+void Histogram::observe(double v) {
+  ++count_;
+  sum_ += v;
+  for (size_t i = 0; i < bounds_.size(); ++i)
+    if (v <= bounds_[i]) {
+      ++counts_[i];
+      return;
+    }
+}
+
+void Histogram::render(std::string& out, const char* name) const {
+  char buf[160];
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    std::snprintf(buf, sizeof buf, "%s_bucket{le=\"%g\"} %llu\n", name, bounds_[i], (unsigned long long)cumulative);
+    out += buf;
+  }
+  std::snprintf(buf, sizeof buf, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
+                (unsigned long long)count_, name, sum_, name, (unsigned long long)count_);
+  out += buf;
+}
+
+// vLLM's bucket bounds for the same histograms, so that dashboards built for it read these.
+Metrics::Metrics()
+    : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0,
+             80.0, 160.0, 640.0, 2560.0}),
+      itl_({0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0, 480.0,
+            960.0, 1920.0, 7680.0}) {}
+
+void Metrics::observe_latencies(double time_to_first_token, const std::vector<double>& inter_token, double e2e) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (time_to_first_token >= 0) ttft_.observe(time_to_first_token);
+  for (double g : inter_token) itl_.observe(g);
+  e2e_.observe(e2e);
+}
+
 void Metrics::count_request(const std::string& endpoint, int status) {
   std::lock_guard<std::mutex> lk(mu_);
   ++requests_[{endpoint, status}];
@@ -111,6 +149,13 @@ std::string Metrics::render() const {
   value(o, "m3_prefix_cache_entries", double(cache_entries_));
   metric(o, "m3_prefix_cache_bytes", "gauge", "Memory of the KV pages held by the prefix cache.");
   value(o, "m3_prefix_cache_bytes", double(cache_bytes_));
+  // vLLM's names, so that its dashboards and alerts work unchanged.
+  metric(o, "vllm:time_to_first_token_seconds", "histogram", "Time from the request's arrival to its first generated token.");
+  ttft_.render(o, "vllm:time_to_first_token_seconds");
+  metric(o, "vllm:inter_token_latency_seconds", "histogram", "Time between consecutive generated tokens of a request.");
+  itl_.render(o, "vllm:inter_token_latency_seconds");
+  metric(o, "vllm:e2e_request_latency_seconds", "histogram", "Time from the request's arrival to its last token.");
+  e2e_.render(o, "vllm:e2e_request_latency_seconds");
   return o;
 }
 

@@ -6,11 +6,31 @@
 #include <mutex>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace m3::server {
 
+// A Prometheus histogram: cumulative bucket counts at fixed upper bounds, the sum and the count.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+  void observe(double v);
+  void render(std::string& out, const char* name) const;  // _bucket{le=...}, _sum, _count
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;  // per bucket (not cumulative)
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
 class Metrics {
  public:
+  Metrics();
+  // One finished request's latencies (vLLM's histograms): arrival to first token, each gap
+  // between generated tokens, arrival to the end.
+  void observe_latencies(double time_to_first_token, const std::vector<double>& inter_token, double e2e);
   void count_request(const std::string& endpoint, int status);
   // One finished generation: prompt tokens (cached ones included), how many came from the
   // prefix cache, tokens generated, and the time spent prefilling / decoding.
@@ -34,6 +54,7 @@ class Metrics {
   double last_prefill_tps_ = 0, last_decode_tps_ = 0;
   int64_t waiting_ = 0, running_ = 0, cache_entries_ = 0;
   uint64_t cache_bytes_ = 0;
+  Histogram ttft_, itl_, e2e_;
 };
 
 }  // namespace m3::server

@@ -8,6 +8,7 @@ no new connection is accepted, and the process exits 0 within the grace period."
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import sys
@@ -79,6 +80,20 @@ try:
     check(st == 405 and h.get("allow") == "POST, OPTIONS", f"405 with Allow for a wrong method ({st} {h.get('allow')})")
     st, h, _ = request(port, "POST", "/health")
     check(st == 405 and h.get("allow") == "GET, OPTIONS", f"405 on /health too ({st})")
+
+    # Logs and metrics: one line per request with its tokens and time to first token; vLLM's histograms.
+    log = open(os.path.join(SCRATCH, "server.log")).read()
+    check(re.search(r"m3 serve: \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z POST /v1/chat/completions 200 [\d.]+ s "
+                    r"prompt \d+ \(cached \d+\), generated [1-9]\d*, ttft [\d.]+ s", log) is not None,
+          "the access log line has the time, status, duration, tokens and time to first token")
+    check(re.search(r"m3 serve: version|m3 serve: m3\.cpp \S+ \(\S+\), CPU path \w+", log) is not None and
+          re.search(r"parameters, [\d.]+ \w+ of weights .*loaded in", log) is not None, "the startup summary names the build, CPU path and weights")
+    st, _, text = request(port, "GET", "/metrics", auth)
+    text = text.decode()
+    for name in ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds"):
+        m = re.search("^" + re.escape(name) + r"_count (\d+)", text, re.M)
+        check(st == 200 and m and int(m.group(1)) >= 1 and re.search("^" + re.escape(name) + r'_bucket\{le="\+Inf"\} ', text, re.M),
+              f"/metrics has the histogram {name}")
 
     # --- graceful shutdown: 4 long streams and a short request in flight, then SIGTERM ---
     results = {}

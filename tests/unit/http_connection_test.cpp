@@ -50,7 +50,7 @@ int server_port() {
               res.send(200, "text/plain", "[" + req.method + " " + req.path + " " + req.body + "]");
             }
           },
-          [](const std::string&, const std::string&, int) {});
+          [](const HttpLogEntry&) {});
     }).detach();
     return listener->port();
   }();
