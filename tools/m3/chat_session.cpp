@@ -33,6 +33,38 @@ void ChatSession::clear() {
   have_last_ = false;
 }
 
+void ChatSession::load_messages(const chat::Json& messages) {
+  M3_CHECK(messages.is_array(), "expected a JSON array of messages (or {\"messages\": [...]})");
+  std::vector<Media> media;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const chat::Json& m = messages[i];
+    M3_CHECK(m.is_object(), "messages[", i, "]: expected an object");
+    auto content = m.find("content");
+    if (content == m.end() || !content->is_array()) continue;
+    for (size_t j = 0; j < content->size(); ++j) {
+      const chat::Json& part = (*content)[j];
+      const std::string type = part.is_object() && part.contains("type") && part["type"].is_string() ? part["type"].get<std::string>() : "";
+      if (type != "image_url" && type != "video_url") continue;
+      const chat::Json& ref = part.contains(type) ? part[type] : chat::Json();
+      M3_CHECK(ref.is_object() && ref.contains("url") && ref["url"].is_string(), "messages[", i, "].content[", j, "].",
+               type, ".url: expected a string (a local file)");
+      MediaInput in;
+      in.kind = type == "video_url" ? vision::MediaKind::Video : vision::MediaKind::Image;
+      in.path = ref["url"].get<std::string>();
+      media.push_back(Media{in.path, in.kind, encode_media(engine_, in)});
+    }
+  }
+  chat::ChatTemplateOptions topt;
+  topt.thinking_mode = opt_.thinking_mode;
+  const chat::RenderedPrompt rendered = chat::render_chat(messages, opt_.tools, topt);  // throws naming the field
+  M3_CHECK(rendered.media.size() == media.size(), "the conversation has ", rendered.media.size(), " media parts but ",
+           media.size(), " could be read");
+  messages_ = messages;
+  media_ = std::move(media);
+  pending_.clear();
+  have_last_ = false;  // the next prompt is tokenized whole; the cache still matches its prefix
+}
+
 void ChatSession::attach_media(const std::string& path, vision::MediaKind kind) {
   MediaInput in;
   in.kind = kind;

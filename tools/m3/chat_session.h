@@ -65,6 +65,19 @@ class ChatSession {
   // shares with the old conversation (the system turn).
   void clear();
 
+  // The conversation as OpenAI messages (/save), and one put in its place (/load): roles and
+  // parts are checked by rendering it; image and video parts name local files, encoded now. The
+  // cache stays, so the next turn reuses what the loaded conversation shares with it.
+  const chat::Json& messages() const { return messages_; }
+  void load_messages(const chat::Json& messages);
+
+  // /set: sampling and the reply length for the next turns.
+  const SamplingParams& sampling() const { return opt_.sampling; }
+  void set_sampling(const SamplingParams& s) { opt_.sampling = s; }
+  int max_tokens() const { return opt_.max_tokens; }
+  void set_max_tokens(int n) { opt_.max_tokens = n; }
+  int64_t cached_tokens() const { return session_.cached_tokens(); }
+
   // Adds a message of `role` ("user", or "tool" for a tool result after a reply with tool calls),
   // generates the reply (streamed through callbacks) and adds it to the conversation. `interrupt`
   // is polled during prefill and after every token; when set, the turn ends early: a partial reply

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <string>
 
@@ -17,6 +19,8 @@
 #include "commands.h"
 #include "sampling_options.h"
 #include "read_ids.h"
+#include "line_reader.h"
+#include "m3/version.h"
 #include "run_options.h"
 #include "usage.h"
 
@@ -104,9 +108,15 @@ void print_help() {
       "  /video PATH   attach a video to the next message\n"
       "  /tool TEXT    answer the last reply's tool call(s) with a result (needs --tools)\n"
       "  /clear        start a new conversation\n"
+      "  /set          show the sampling settings; /set temp|top-p|top-k|min-p|repeat-penalty|seed|max-tokens VALUE\n"
+      "  /show         the model, context, threads, cache, CPU path and this conversation\n"
+      "  /save FILE    write the conversation as OpenAI messages JSON\n"
+      "  /load FILE    continue a saved conversation (its cached prefix is reused)\n"
       "  /exit         quit (also EOF, or Ctrl-C at the prompt)\n"
       "  /help         this text\n"
-      "Ctrl-C while a reply streams stops it. A line ending in \\ continues on the next line.\n");
+      "Ctrl-C while a reply streams stops it. A line ending in \\ continues on the next line; a line of \"\"\" opens\n"
+      "a block that ends at the next \"\"\". In a terminal: arrows edit, Up/Down walk the history (kept across runs),\n"
+      "Ctrl-R searches it.\n");
 }
 
 chat::Json stats_json(const ChatTurnStats& s, const chat::ParsedMessage& m) {
@@ -128,21 +138,33 @@ chat::Json stats_json(const ChatTurnStats& s, const chat::ParsedMessage& m) {
           {"tool_calls", tool_calls}};
 }
 
-// One message from stdin; false at EOF or when Ctrl-C interrupted the read.
-bool read_message(std::string& msg) {
-  msg.clear();
-  std::string line;
-  while (true) {
-    if (!std::getline(std::cin, line)) return false;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (!line.empty() && line.back() == '\\') {
-      line.pop_back();
-      msg += line + "\n";
-      continue;
-    }
-    msg += line;
-    return true;
+// /set NAME VALUE on a copy of the settings; "" or an error message.
+std::string apply_setting(const std::string& name, const std::string& value, SamplingParams& s, int& max_tokens) {
+  char* end = nullptr;
+  const double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || end != value.c_str() + value.size()) return "/set " + name + ": expected a number, got '" + value + "'";
+  if (name == "temp" || name == "temperature") s.temperature = float(v);
+  else if (name == "top-p" || name == "top_p") s.top_p = float(v);
+  else if (name == "top-k" || name == "top_k") s.top_k = int(v);
+  else if (name == "min-p" || name == "min_p") s.min_p = float(v);
+  else if (name == "repeat-penalty") s.repetition_penalty = float(v);
+  else if (name == "seed") s.seed = uint64_t(v);
+  else if (name == "max-tokens" || name == "n") max_tokens = int(v);
+  else return "/set: unknown setting '" + name + "' (temp, top-p, top-k, min-p, repeat-penalty, seed, max-tokens)";
+  if (max_tokens < 0) return "/set max-tokens: expected a value >= 0";
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    return std::string("/set: ") + e.what();
   }
+  return "";
+}
+
+std::string settings_text(const SamplingParams& s, int max_tokens) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "temp %g, top-p %g, top-k %d, min-p %g, repeat-penalty %g, seed %llu, max-tokens %d\n",
+                s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty, (unsigned long long)s.seed, max_tokens);
+  return buf;
 }
 
 }  // namespace
@@ -154,6 +176,7 @@ void register_chat(CLI::App& app) {
     std::vector<std::string> images, videos;
     int chunk = 512, max_tokens = 2048;
     bool stats_json = false, ignore_eos = false, no_reuse = false;
+    std::string history_file = default_history_file();
     SamplingParams s;
   };
   auto a = std::make_shared<Args>();
@@ -175,6 +198,8 @@ void register_chat(CLI::App& app) {
   cmd->add_flag("--stats-json", a->stats_json, "After each reply, one JSON line of statistics on stderr");
   cmd->add_flag("--ignore-eos", a->ignore_eos, "Do not stop at the end-of-turn token");
   cmd->add_flag("--no-kv-reuse", a->no_reuse, "Prefill the whole conversation every turn");
+  cmd->add_option("--history-file", a->history_file, "Where the input history is kept across runs (\"\": none)")
+      ->capture_default_str();
   cmd->callback([a, cmd] {
     start_run(a->run);
     ChatSessionOptions o;
@@ -227,11 +252,14 @@ void register_chat(CLI::App& app) {
       out(banner);
     }
 
+    LineReader reader(a->history_file, interactive);
+    // libedit measures the prompt: the color codes are marked invisible (\1 ... \1 with RL_PROMPT_START_IGNORE).
+    const std::string prompt = interactive ? (color ? std::string("\1") + kBold + "\1> \1" + kReset + "\1" : std::string("> ")) : "";
+    const std::string more = interactive ? "... " : "";
     std::string line;
     while (true) {
-      if (interactive) out(color ? std::string(kBold) + "> " + kReset : std::string("> "));
       g_interrupt.store(false);
-      if (!read_message(line)) {
+      if (!reader.read_message(prompt, more, line)) {
         if (interactive) out("\n");
         break;
       }
@@ -245,6 +273,59 @@ void register_chat(CLI::App& app) {
         if (name == "/exit" || name == "/quit") break;
         if (name == "/help") {
           print_help();
+        } else if (name == "/set") {
+          SamplingParams sp_now = session.sampling();
+          int n = session.max_tokens();
+          if (!arg.empty()) {
+            const size_t cut = std::min(arg.find(' '), arg.size());
+            const size_t val_at = arg.find_first_not_of(' ', cut);
+            const std::string err = apply_setting(arg.substr(0, cut), val_at == std::string::npos ? "" : arg.substr(val_at), sp_now, n);
+            if (!err.empty()) {
+              out(err + "\n");
+              continue;
+            }
+            session.set_sampling(sp_now);
+            session.set_max_tokens(n);
+          }
+          out(settings_text(session.sampling(), session.max_tokens()));
+        } else if (name == "/show") {
+          const ModelInfo& mi = engine->info();
+          const CpuPathInfo cpu = cpu_path_info();
+          char buf[768];
+          std::snprintf(buf, sizeof buf,
+                        "model %s: %d layers, hidden %lld, %s parameters (%s)%s\n"
+                        "context %lld tokens, %d threads, cache %s, CPU path %s\n"
+                        "conversation: %zu messages, %lld tokens cached\n",
+                        a->run.model.c_str(), mi.layers, (long long)mi.hidden_size, parameter_count(mi.parameters).c_str(),
+                        mi.weight_dtypes.c_str(), mi.has_vision ? ", vision" : "", (long long)session.context(), mi.threads,
+                        cache_type_name(o.cache_type), cpu.active.c_str(), session.messages().size(),
+                        (long long)session.cached_tokens());
+          out(buf + settings_text(session.sampling(), session.max_tokens()));
+        } else if (name == "/save" || name == "/load") {
+          if (arg.empty()) {
+            out("usage: " + name + " FILE\n");
+            continue;
+          }
+          try {
+            if (name == "/save") {
+              std::ofstream f(arg, std::ios::binary);
+              f << session.messages().dump(2) << "\n";
+              M3_CHECK(f.good(), arg, ": cannot write");
+              out("(saved " + std::to_string(session.messages().size()) + " messages to " + arg + ")\n");
+            } else {
+              chat::Json doc;
+              try {
+                doc = chat::Json::parse(read_text_file(arg));
+              } catch (const chat::Json::parse_error& e) {
+                fail(arg, ": not valid JSON: ", e.what());
+              }
+              if (doc.is_object() && doc.contains("messages")) doc = doc["messages"];
+              session.load_messages(doc);
+              out("(loaded " + std::to_string(session.messages().size()) + " messages from " + arg + ")\n");
+            }
+          } catch (const Error& e) {
+            out(std::string("error: ") + e.what() + "\n");
+          }
         } else if (name == "/clear") {
           session.clear();
           out("(new conversation)\n");
