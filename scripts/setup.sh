@@ -9,6 +9,7 @@ packages=(
   libpcre2-dev                                # tokenizer split regex with Unicode classes
   libcli11-dev                                # the m3 command line
   libedit-dev tmux                            # m3 chat's line editing and history; its terminal test
+  chromium                                    # the chat page's browser test (headless, tests/web)
   libhwy-dev                                  # Google Highway: SIMD kernels for AVX2, AVX-512, NEON, SVE
   python3 python3-numpy                       # float64 reference (tests/reference)
   libstb-dev libjpeg62-turbo-dev python3-pil  # image decoding (stb_image, libjpeg-turbo as Pillow), image tests

@@ -29,6 +29,7 @@
 #include "server/media.h"
 #include "server/metrics.h"
 #include "server/request.h"
+#include "server/web_assets.h"
 #include "server/scheduler.h"
 
 namespace m3::server {
@@ -198,6 +199,16 @@ class Server {
       res.send(204, "text/plain", "", h);
       return;
     }
+    // The chat page needs no API key: it asks the user for one (and keeps it in the browser).
+    if (req.method == "GET") {
+      if (const WebAsset* page = find_web_asset(req.path)) {
+        res.send(200, page->content_type, std::string_view(reinterpret_cast<const char*>(page->data), page->size),
+                 {{"Cache-Control", "no-cache"},
+                  {"X-Content-Type-Options", "nosniff"},
+                  {"Content-Security-Policy", "default-src 'self'; img-src 'self' data: blob:; media-src 'self' data: blob:"}});
+        return;
+      }
+    }
     if (stopping_.load() && req.path != "/health") {
       send_json(res, 503, error_body("the server is shutting down", "server_error", {}, "server_shutting_down"));
       return;
@@ -244,6 +255,7 @@ class Server {
 
   // The method a path answers ("" for an unknown path).
   static std::string allowed_methods(const std::string& path) {
+    if (find_web_asset(path) != nullptr) return "GET";
     if (path == "/health" || path == "/metrics" || path == "/v1/models") return "GET";
     if (path.rfind("/v1/models/", 0) == 0 && path.size() > std::string("/v1/models/").size()) return "GET";
     if (path == "/v1/chat/completions" || path == "/v1/completions") return "POST";
