@@ -69,9 +69,10 @@ function check(cond, what) {
     await page.screenshot({ path: process.env.M3_SHOT, fullPage: true });
     check(true, 'screenshot ' + process.env.M3_SHOT);
 
-    // 3. Stop a long generation (thinking without a budget runs on).
-    await page.fill('#budget', '');
-    await page.dispatchEvent('#budget', 'change');
+    // 3. Stop a long generation (ignore_eos through the extra request fields: the random model
+    // could end its turn on its own).
+    await page.fill('#extra', '{"ignore_eos": true}');
+    await page.dispatchEvent('#extra', 'change');
     await page.fill('#max-tokens', '20000');
     await page.dispatchEvent('#max-tokens', 'change');
     await page.fill('#input', 'Think about this for a long time.');
@@ -88,6 +89,8 @@ function check(cond, what) {
           'stop ends the reply, marks it, and the page takes the next message');
 
     // The server goes on serving after the abort.
+    await page.fill('#extra', '');
+    await page.dispatchEvent('#extra', 'change');
     await page.fill('#max-tokens', '8');
     await page.dispatchEvent('#max-tokens', 'change');
     await page.fill('#budget', '2');

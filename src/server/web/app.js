@@ -6,7 +6,7 @@
   'use strict';
   const $ = (id) => document.getElementById(id);
   const STORE = 'm3.conversations', SETTINGS = 'm3.settings';
-  const SETTING_IDS = ['api-key', 'system', 'thinking', 'effort', 'budget', 'temperature', 'top-p', 'top-k', 'max-tokens'];
+  const SETTING_IDS = ['api-key', 'system', 'thinking', 'effort', 'budget', 'temperature', 'top-p', 'top-k', 'max-tokens', 'extra'];
 
   let conversations = load(STORE, []);
   let current = null;      // the conversation shown
@@ -230,6 +230,14 @@
     if (b !== undefined) body.reasoning_effort = b;
     else if ($('effort').value) body.reasoning_effort = $('effort').value;
     if ($('thinking').value) body.chat_template_kwargs = { thinking_mode: $('thinking').value };
+    // Any other field of the API (seed, stop, logit_bias, ignore_eos, ...), over the ones above.
+    const extra = $('extra').value.trim();
+    if (extra) {
+      let more;
+      try { more = JSON.parse(extra); } catch (e) { throw new Error('More request fields: not valid JSON: ' + e.message); }
+      if (typeof more !== 'object' || more === null || Array.isArray(more)) throw new Error('More request fields: expected a JSON object');
+      Object.assign(body, more);
+    }
     return body;
   }
 
