@@ -1,6 +1,5 @@
 // m3 chat: an interactive terminal chat on the engine (docs/CHAT.md). Reads one message per line
 // from stdin (a terminal or a pipe), streams the reply, reuses the KV cache across turns.
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -19,6 +18,7 @@
 #include "commands.h"
 #include "sampling_options.h"
 #include "read_ids.h"
+#include "interrupt.h"
 #include "line_reader.h"
 #include "m3/version.h"
 #include "run_options.h"
@@ -27,20 +27,6 @@
 namespace m3::cli {
 
 namespace {
-
-std::atomic<bool> g_interrupt{false};
-
-extern "C" void on_sigint(int) { g_interrupt.store(true); }
-
-// SIGINT sets the flag; without SA_RESTART a read() waiting at the prompt fails with EINTR, so
-// Ctrl-C there ends the loop as well.
-void install_sigint_handler() {
-  struct sigaction sa {};
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  sigaction(SIGINT, &sa, nullptr);
-}
 
 constexpr const char* kDim = "\x1b[2m";
 constexpr const char* kBold = "\x1b[1m";
@@ -239,7 +225,7 @@ void register_chat(CLI::App& app) {
     ChatSession session(*engine, o);
     for (const auto& path : a->images) session.attach_image(path);
     for (const auto& path : a->videos) session.attach_video(path);
-    install_sigint_handler();
+    std::atomic<bool>& interrupt = install_sigint_flag(SigintMode::EveryTimeEINTR);
     if (interactive) {
       const ModelInfo& mi = engine->info();
       const long long ctx = (long long)session.context();
@@ -258,7 +244,7 @@ void register_chat(CLI::App& app) {
     const std::string more = interactive ? "... " : "";
     std::string line;
     while (true) {
-      g_interrupt.store(false);
+      interrupt.store(false);
       if (!reader.read_message(prompt, more, line)) {
         if (interactive) out("\n");
         break;
@@ -362,7 +348,7 @@ void register_chat(CLI::App& app) {
       ChatTurnStats st;
       chat::ParsedMessage msg;
       try {
-        msg = session.turn(role, line, cb, g_interrupt, st);
+        msg = session.turn(role, line, cb, interrupt, st);
       } catch (const Error& e) {
         out(std::string(color ? kReset : "") + "\nerror: " + e.what() + "\n");
         continue;

@@ -1,6 +1,5 @@
 // m3 generate: stream a completion of a prompt, then report prefill and decode speed (also after
 // Ctrl-C, which stops the generation: exit 130).
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include "commands.h"
 #include "sampling_options.h"
 #include "read_ids.h"
+#include "interrupt.h"
 #include "run_options.h"
 #include "usage.h"
 #include "m3/engine.h"
@@ -20,24 +20,6 @@
 #include "m3/tokenizer.h"
 
 namespace m3::cli {
-
-namespace {
-
-std::atomic<bool> g_stop{false};
-
-// The first Ctrl-C stops the generation after the current step (the statistics still print); a
-// second one ends the process at once (SA_RESETHAND restores the default action).
-extern "C" void on_sigint_stop_generation(int) { g_stop.store(true); }
-
-void stop_on_sigint() {
-  struct sigaction sa {};
-  sa.sa_handler = on_sigint_stop_generation;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND | SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-}
-
-}  // namespace
 
 void register_generate(CLI::App& app) {
   struct Args {
@@ -104,15 +86,15 @@ void register_generate(CLI::App& app) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     };
-    cb.on_token = [](const TokenEvent&) { return !g_stop.load(); };
+    std::atomic<bool>& stop = install_sigint_flag(SigintMode::StopOnce);
+    cb.on_token = [&stop](const TokenEvent&) { return !stop.load(); };
     const auto prefill_progress = cb.on_prefill;
-    cb.on_prefill = [&](int64_t done, int64_t total) { return prefill_progress(done, total) && !g_stop.load(); };
+    cb.on_prefill = [&](int64_t done, int64_t total) { return prefill_progress(done, total) && !stop.load(); };
     SessionOptions so;
     so.cache_type = cache_type;
     so.prefill_chunk = a->chunk;
     so.context = a->run.ctx_size;
     Session session(*engine, so);
-    stop_on_sigint();
     const SessionStats stats = session.generate(prompt, g, cb);
     std::printf("\n");
     std::fflush(stdout);
@@ -124,7 +106,7 @@ void register_generate(CLI::App& app) {
                  session.cache_bytes() / 1048576.0, cache_type_name(session.cache_type()),
                  stats.finish == FinishReason::EndOfTurn ? " | stopped at end-of-turn" : "",
                  stats.context_full ? " | stopped: the context is full (-c)" : stats.interrupted ? " | interrupted" : "");
-    if (g_stop.load()) throw Interrupted();
+    if (stop.load()) throw Interrupted();
   });
 }
 
