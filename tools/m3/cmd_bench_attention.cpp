@@ -73,6 +73,7 @@ struct Point {
   double msa_index_s, msa_attn_s, dense_s;  // prefill chunk
   double msa_decode_s, dense_decode_s;
   bool dense_extrapolated;
+  int64_t sparse_pages = 0;  // distinct (group, block) pairs the chunk's rows selected
   // Attention alone of one decode step, one task per group vs blocks split across threads.
   double msa_unsplit_s, msa_split_s, dense_unsplit_s, dense_split_s;
 };
@@ -144,6 +145,8 @@ void register_bench_attention(CLI::App* bench) {
                            {"dense_gflops", "dense GFLOP/s"},
                            {"index_of_peak", "index % of peak"},
                            {"sparse_attn_of_peak", "sparse attn % of peak"},
+                           {"sparse_attn_bound_ms", "sparse attn bound ms"},
+                           {"sparse_attn_of_bound", "sparse attn % of bound"},
                            {"msa_decode_gbs", "MSA decode GB/s"},
                            {"decode_bound_ms", "decode bound ms"},
                            {"dense_extrapolated", "dense extrapolated"}});
@@ -175,9 +178,23 @@ void register_bench_attention(CLI::App* bench) {
         run.index_dim = s.index_dim;
         run.topk = s.topk;
         BlockSelection sel;
-        Point p{N, 0, 0, 0, 0, 0, false, 0, 0, 0, 0};
+        Point p{N, 0, 0, 0, 0, 0, false, 0, 0, 0, 0, 0};
         p.msa_index_s = time_runs(a->reps, 1, [&] { msa_select_run(pool, cache, 0, run, sel); }, clock).median;
         p.msa_attn_s = time_runs(a->reps, 1, [&] { attention_run(pool, cache, 0, run, &sel, out.data()); }, clock).median;
+        // The pages the chunk's sparse attention cannot avoid reading: every (group, block) some
+        // row selected, once (a tile reads each of its pages once; scattered selections share few).
+        {
+          const int64_t nblocks = (N + C + s.block - 1) / s.block;
+          std::vector<char> seen(size_t(G * nblocks), 0);
+          int64_t distinct = 0;
+          for (int64_t t = 0; t < int64_t(sel.count.size()); ++t)
+            for (int32_t j = 0; j < sel.count[size_t(t)]; ++j) {
+              char& f = seen[size_t((t % G) * nblocks + sel.blocks[size_t(t * sel.topk + j)])];
+              distinct += f == 0;
+              f = 1;
+            }
+          p.sparse_pages = distinct;
+        }
         AttentionRun dec = run;
         dec.rows = 1;
         p.msa_decode_s = time_runs(a->reps * 3, 1, [&] {
@@ -218,6 +235,12 @@ void register_bench_attention(CLI::App* bench) {
         const double decode_flops = 4.0 * Hq * hd * kb + 2.0 * G * s.index_dim * double(N);
         const double decode_bound_s = std::max(bw > 0 ? decode_bytes / (bw * 1e9) : 0.0, peak > 0 ? decode_flops / (peak * 1e9) : 0.0);
         const double index_rate = index_flops / p.msa_index_s / 1e9, attn_rate = attn_flops / p.msa_attn_s / 1e9;
+        // Sparse attention of the chunk cannot beat its arithmetic at the FMA peak, nor reading
+        // its selected K and V pages once at the measured bandwidth (the tiny shape, whose blocks
+        // hold 4 KFLOP per page, is bound by the second).
+        const double page_bytes = double(s.block) * hd * 2 * eb;
+        const double sparse_bound_s = std::max(peak > 0 ? attn_flops / (peak * 1e9) : 0.0,
+                                               bw > 0 ? double(p.sparse_pages) * page_bytes / (bw * 1e9) : 0.0);
         // An extrapolated dense time says nothing about the kernel's rate: no GFLOP/s for it.
         const Cell dense_rate = p.dense_extrapolated ? Cell("–") : Cell(dense_flops / p.dense_s / 1e9, "%.0f");
         const Cell no_peak("–");
@@ -227,6 +250,8 @@ void register_bench_attention(CLI::App* bench) {
                     Cell(p.dense_decode_s / p.msa_decode_s, "%.1fx"), Cell(index_rate, "%.0f"), Cell(attn_rate, "%.0f"),
                     dense_rate, peak > 0 ? Cell(100 * index_rate / peak, "%.0f%%") : no_peak,
                     peak > 0 ? Cell(100 * attn_rate / peak, "%.0f%%") : no_peak,
+                    sparse_bound_s > 0 ? Cell(1e3 * sparse_bound_s, "%.3f") : no_peak,
+                    sparse_bound_s > 0 ? Cell(100 * sparse_bound_s / p.msa_attn_s, "%.0f%%") : no_peak,
                     Cell(decode_bytes / p.msa_decode_s / 1e9, "%.1f"), Cell(1e3 * decode_bound_s, "%.3f"),
                     p.dense_extrapolated ? "yes" : "no"});
       }
