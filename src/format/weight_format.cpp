@@ -1,6 +1,8 @@
 #include "format/weight_format.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <mutex>
 
 #include "m3/error.h"
@@ -21,6 +23,19 @@ void f16_row(const LinearWeight& w, int64_t r, float* out) {
 void f32_row(const LinearWeight& w, int64_t r, float* out) {
   std::copy_n(reinterpret_cast<const float*>(w.row_ptr(r)), w.cols, out);
 }
+
+// 2^(s - 127) for a UE8M0 scale byte, exactly (2^-127 is an fp32 subnormal); 255 is NaN.
+float ue8m0_to_f32(uint8_t s) {
+  if (s == 255) return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, int(s) - 127);
+}
+
+void mxfp8_cols(const LinearWeight& w, int64_t r, int64_t c0, int64_t c1, float* out) {
+  const uint8_t* q = w.row_ptr(r);
+  const uint8_t* scales = w.side_row(0, r);
+  for (int64_t c = c0; c < c1; ++c) out[c - c0] = f8e4m3_to_f32(q[c]) * ue8m0_to_f32(scales[c / 32]);
+}
+void mxfp8_row(const LinearWeight& w, int64_t r, float* out) { mxfp8_cols(w, r, 0, w.cols, out); }
 
 struct Registry {
   std::mutex mu;
@@ -55,8 +70,13 @@ const WeightFormat* dense_format(DType dtype) {
   }
 }
 
+const WeightFormat& mxfp8_format() {
+  static const WeightFormat f{"mxfp8", DType::F8_E4M3, 1, 32, {{"weight_scale_inv", DType::U8, 1}}, &mxfp8_row, &mxfp8_cols};
+  return f;
+}
+
 std::vector<const WeightFormat*> weight_formats() {
-  std::vector<const WeightFormat*> all = {&bf16_format(), &f16_format(), &f32_format()};
+  std::vector<const WeightFormat*> all = {&bf16_format(), &f16_format(), &f32_format(), &mxfp8_format()};
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   all.insert(all.end(), r.extra.begin(), r.extra.end());

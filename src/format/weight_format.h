@@ -39,6 +39,10 @@ struct WeightFormat {
   // Row r of w to fp32, exactly as the format defines the weight (the reference every kernel of the
   // format is tested against).
   void (*dequantize_row)(const LinearWeight& w, int64_t r, float* out) = nullptr;
+  // Columns [c0, c1) of row r to fp32, the same values (c0, c1 multiples of block_cols, or c1 =
+  // cols): what the matmul's panel tiles widen a chunk of a blocked format with. nullptr for the
+  // dense formats, whose kernels widen them in registers.
+  void (*dequantize_cols)(const LinearWeight& w, int64_t r, int64_t c0, int64_t c1, float* out) = nullptr;
 
   // The stored main tensor of a [rows, cols] weight is [rows, stored_cols(cols)].
   int64_t stored_cols(int64_t cols) const { return cols / weights_per_element; }
@@ -52,6 +56,10 @@ const WeightFormat& f16_format();
 const WeightFormat& f32_format();
 // The dense format of a dtype; nullptr for other dtypes.
 const WeightFormat* dense_format(DType dtype);
+// The official MiniMax-M3-MXFP8 release's layout (OCP Microscaling MXFP8): "<module>.weight"
+// F8_E4M3 [rows, cols] and "<module>.weight_scale_inv" U8 [rows, cols / 32], one UE8M0 exponent
+// per 1x32 block along the row: W = e4m3 x 2^(s - 127) (s = 255: NaN). docs/FORMATS.md.
+const WeightFormat& mxfp8_format();
 
 // Adds a format (which must outlive the process, e.g. a static). Throws m3::Error when its name is
 // taken or it lacks a dequantize_row.

@@ -203,7 +203,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
                const LinearWeight& w, float* y, int64_t n0, int64_t n1) {
   const int64_t N = w.rows, K = w.cols;
   const int64_t KB = (K + kBlock - 1) / kBlock, K32 = KB * kBlock;
-  const int64_t row_bytes = K * int64_t(dtype_size(w.element()));
+  const int64_t row_bytes = w.row_bytes();
   const int mr = tile_rows(kern, plan, mrows);
   // The packed tile of x that starts at row m (a multiple of mr).
   auto x_tile = [&](int64_t m) { return xp + m * K32; };
@@ -255,7 +255,17 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
   auto chunk = [&](int64_t n, int nt, int64_t row_step, int64_t jt, int64_t mc0, int64_t mc1, int64_t kb0,
                    const uint8_t* next) {
     const int64_t kb1 = std::min(kb0 + kcb, KB);
-    kern.widen_rows(w.element(), w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
+    if (w.format->dense()) {
+      kern.widen_rows(w.element(), w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
+    } else {  // a blocked format: its own exact dequantization, block by block into the panel
+      for (int j = 0; j < nt; ++j)
+        for (int64_t kb = kb0; kb < kb1; ++kb) {
+          float* out = panel + ((kb - kb0) * nt + j) * kBlock;
+          const int64_t c1 = std::min<int64_t>((kb + 1) * kBlock, K);
+          w.format->dequantize_cols(w, n + j * row_step, kb * kBlock, c1, out);
+          std::fill(out + (c1 - kb * kBlock), out + kBlock, 0.0f);
+        }
+    }
     for (int64_t m = mc0, it = 0; m < mc1; m += pmr, ++it) {
       PanelArgs a;
       a.x = x_tile(m) + kb0 * x_block_stride(m);
@@ -338,7 +348,10 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
                 int64_t M, const LinearWeight& w, float* y) {
   const TileKernels& kern = kernels_for(tile_tables().path_of(path));
-  M3_CHECK(w.format->dense(), "matmul: the tile kernels take dense weights (bf16, f16, f32), not ", w.format->name);
+  M3_CHECK(w.format->dense() || (w.format->dequantize_cols != nullptr && plan.blocked && w.format->weights_per_element == 1 &&
+                                  kBlock % w.format->block_cols == 0),
+           "matmul: the tile kernels take dense weights, or blocked formats of one weight per element with dequantize_cols "
+           "through panel tiles, not ", w.format->name);
   const int64_t N = w.rows, K = w.cols;
   if (M <= 0 || N <= 0) return;
   const int64_t K32 = round_up(K, kBlock);
@@ -378,6 +391,16 @@ void dense_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t*
                             y);
 }
 
+// Blocked formats of one weight per element (MXFP8) on every path: their exact dequantization
+// widens each chunk into the fp32 panel, and the path's panel tiles do the arithmetic, in the F32
+// lane order, for every batch size (the result does not depend on M).
+void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
+                    const LinearWeight& w, float* y) {
+  matmul_detail::MatmulPlan plan = matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
+  plan.blocked = true;
+  matmul_detail::matmul_run(path, plan, pool, x, rows, M, w, y);
+}
+
 struct KernelEntry {
   const WeightFormat* format;
   CpuPath path;
@@ -395,6 +418,7 @@ struct KernelRegistry {
     int n = 0;
     for (const WeightFormat* f : {&bf16_format(), &f16_format(), &f32_format()})
       for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {f, p, &dense_matmul};
+    for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {&mxfp8_format(), p, &blocked_matmul};
     // aarch64 runs the generic tile kernels until the matmul has a NEON/SVE table (issue 10).
     count.store(n, std::memory_order_release);
   }

@@ -1,0 +1,190 @@
+// The official MXFP8 layout (format/weight_format.h, docs/FORMATS.md): F8_E4M3 weights with one
+// UE8M0 exponent per 1x32 block in "<module>.weight_scale_inv". Its matmul on every CPU path this
+// machine runs equals, bit for bit, the f32 matmul of the exactly dequantized weights (same lane
+// order), for every batch size; a checkpoint storing some linears as MXFP8 gives the same logits as
+// one storing the dequantized values as F32; and the dequantization itself follows the OCP rules.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <set>
+
+#include "m3/error.h"
+#include "base/cpu_features.h"
+#include "base/thread_pool.h"
+#include "fixtures/random_checkpoint.h"
+#include "format/linear_weight.h"
+#include "format/weight_format.h"
+#include "io/safetensors.h"
+#include "kernels/matmul.h"
+#include "runtime/engine.h"
+
+using namespace m3;
+
+namespace {
+
+// A random MXFP8 weight: e4m3 bytes (NaN codes excluded) and scales 2^-10 .. 2^5.
+struct RandomMxfp8 {
+  std::vector<uint8_t> q, scales;
+  LinearWeight w;
+  RandomMxfp8(int64_t rows, int64_t cols, uint64_t seed) : q(size_t(rows * cols)), scales(size_t(rows * cols / 32)) {
+    std::mt19937_64 rng(seed);
+    for (auto& b : q) {
+      do b = uint8_t(rng()); while ((b & 0x7f) == 0x7f);
+    }
+    for (auto& s : scales) s = uint8_t(117 + rng() % 16);
+    w.format = &mxfp8_format();
+    w.data = q.data();
+    w.side[0] = scales.data();
+    w.rows = rows;
+    w.cols = cols;
+  }
+};
+
+std::vector<float> dequantized(const LinearWeight& w) {
+  std::vector<float> d(size_t(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) w.row_to_f32(r, d.data() + r * w.cols);
+  return d;
+}
+
+template <typename T>
+std::vector<uint8_t> bytes_of(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+}  // namespace
+
+TEST(Mxfp8, DequantizationFollowsTheOcpRules) {
+  RandomMxfp8 m(1, 64, 1);
+  m.q[0] = 0x38;       // e4m3 1.0
+  m.q[1] = 0xc0;       // -2.0
+  m.q[2] = 0x7e;       // 448, the largest
+  m.q[3] = 0x01;       // 2^-9, the smallest subnormal
+  m.q[32] = 0x7f;      // NaN
+  m.scales[0] = 127;   // x 1
+  m.scales[1] = 130;   // x 8
+  std::vector<float> row(64);
+  m.w.row_to_f32(0, row.data());
+  EXPECT_EQ(row[0], 1.0f);
+  EXPECT_EQ(row[1], -2.0f);
+  EXPECT_EQ(row[2], 448.0f);
+  EXPECT_EQ(row[3], std::ldexp(1.0f, -9));
+  EXPECT_TRUE(std::isnan(row[32]));
+  EXPECT_EQ(row[33], f8e4m3_to_f32(m.q[33]) * 8.0f);
+  m.scales[1] = 255;  // a NaN scale makes its whole block NaN
+  m.w.row_to_f32(0, row.data());
+  EXPECT_TRUE(std::isnan(row[40]));
+  EXPECT_FALSE(std::isnan(row[4]));
+}
+
+TEST(Mxfp8, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
+  ThreadPool pool(2);
+  const int64_t N = 70, K = 320;
+  RandomMxfp8 m(N, K, 7);
+  const std::vector<float> d = dequantized(m.w);
+  const LinearWeight f = dense_weight(DType::F32, d.data(), N, K);
+  for (CpuPath path : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
+    if (!cpu_path_supported(path)) continue;
+    const MatmulKernel mk = find_matmul_kernel(mxfp8_format(), path), fk = find_matmul_kernel(f32_format(), path);
+    ASSERT_NE(mk, nullptr) << cpu_path_name(path);
+    std::vector<float> first_row, first_out;
+    for (int64_t M : {1, 2, 5, 33, 70}) {
+      std::mt19937 rng{unsigned(M)};
+      std::normal_distribution<float> nd;
+      std::vector<float> x(size_t(M * K)), y(size_t(M * N)), want(y.size());
+      for (auto& v : x) v = nd(rng);
+      if (!first_row.empty()) std::copy(first_row.begin(), first_row.end(), x.begin());
+      mk(path, pool, x.data(), nullptr, M, m.w, y.data());
+      fk(path, pool, x.data(), nullptr, M, f, want.data());
+      ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float))) << cpu_path_name(path) << " M=" << M;
+      // Against float64: the sums agree to fp32 rounding of K terms.
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          double ref = 0, mag = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            ref += double(x[size_t(i * K + k)]) * d[size_t(n * K + k)];
+            mag += std::fabs(double(x[size_t(i * K + k)]) * d[size_t(n * K + k)]);
+          }
+          ASSERT_NEAR(y[size_t(i * N + n)], ref, 1e-5 * mag + 1e-30) << cpu_path_name(path);
+        }
+      // Row 0 of x is the same in every batch: its outputs do not depend on M.
+      if (first_row.empty()) {
+        first_row.assign(x.begin(), x.begin() + K);
+        first_out.assign(y.begin(), y.begin() + N);
+      } else {
+        ASSERT_EQ(0, std::memcmp(first_out.data(), y.data(), size_t(N) * sizeof(float))) << cpu_path_name(path) << " M=" << M;
+      }
+    }
+  }
+}
+
+TEST(Mxfp8, ACheckpointInTheReleaseLayoutGivesTheLogitsOfItsDequantizedValues) {
+  const std::string root = testing::TempDir() + "/m3_mxfp8_" + std::to_string(getpid());
+  const std::string base = root + "/base", mx = root + "/mxfp8", f32 = root + "/f32";
+  std::filesystem::remove_all(root);
+  RandomCheckpointOptions o;
+  o.preset = "tiny";
+  o.seed = 33;
+  o.out_dir = base;
+  make_random_checkpoint(o);
+  const std::set<std::string> quantized = {
+      "language_model.model.layers.0.mlp.gate_proj.weight",
+      "language_model.model.layers.0.self_attn.o_proj.weight",
+      "language_model.model.layers.1.self_attn.q_proj.weight",
+      "language_model.model.layers.2.block_sparse_moe.experts.1.w1.weight",
+  };
+  const TensorStore store = TensorStore::open_dir(base);
+  std::vector<TensorData> as_mx, as_f32;
+  uint64_t seed = 3;
+  for (const std::string& name : store.names()) {
+    const TensorView& t = store.get(name);
+    if (!quantized.count(name)) {
+      TensorData d{name, t.dtype, t.shape, std::vector<uint8_t>(t.data, t.data + t.nbytes)};
+      as_mx.push_back(d);
+      as_f32.push_back(std::move(d));
+      continue;
+    }
+    RandomMxfp8 m(t.shape[0], t.shape[1], seed++);
+    for (auto& s : m.scales) s = uint8_t(112 + (s - 117) % 4);  // small weights, as a trained model has
+    const std::string module = name.substr(0, name.size() - std::string("weight").size());
+    as_mx.push_back({name, DType::F8_E4M3, t.shape, m.q});
+    as_mx.push_back({module + "weight_scale_inv", DType::U8, {t.shape[0], t.shape[1] / 32}, m.scales});
+    as_f32.push_back({name, DType::F32, t.shape, bytes_of(dequantized(m.w))});
+  }
+  for (const auto& [dir, tensors] : {std::pair{mx, &as_mx}, std::pair{f32, &as_f32}}) {
+    std::filesystem::create_directories(dir);
+    for (const char* f : {"config.json", "tokenizer.json"}) std::filesystem::copy_file(base + "/" + f, dir + "/" + f);
+    write_checkpoint_tensors(dir, *tensors, UINT64_MAX);
+  }
+  auto logits = [](const std::string& dir) {
+    auto engine = Engine::load(dir, 2);
+    std::vector<int32_t> ids(140);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t((i * 29 + 5) % size_t(engine->tokenizer().vocab_size()));
+    KvCache cache(engine->model().cache_shape());
+    std::vector<float> out;
+    engine->model().forward(cache, ids.data(), int64_t(ids.size()), LogitsFor::All, out);
+    return out;
+  };
+  const std::vector<float> a = logits(mx), b = logits(f32);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)));
+  // A scale tensor of the wrong shape is a load error naming it.
+  for (auto& t : as_mx)
+    if (t.name == "language_model.model.layers.0.mlp.gate_proj.weight_scale_inv") {
+      t.shape[1] -= 1;
+      t.bytes.resize(size_t(t.shape[0] * t.shape[1]));
+    }
+  write_checkpoint_tensors(mx, as_mx, UINT64_MAX);
+  try {
+    Engine::load(mx, 1);
+    FAIL() << "a bad scale shape loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gate_proj.weight_scale_inv"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(root);
+}
