@@ -242,6 +242,10 @@ def main():
                ["--preset", "tiny", "--seed", "8", "--block-size", "128", "--topk", "16"], base_seed=2000)
     test_model(res, table, m3, scratch, "tiny16-bf16", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
                cache_type="bf16", mode_names=("prefill", "decode"))
+    # The official MXFP8 release's layout: E4M3 linears with UE8M0 block scales, dequantized by the
+    # reference on its own (e4m3_to_float64), so the engine's MXFP8 path is checked against float64.
+    test_model(res, table, m3, scratch, "tiny16-mxfp8", ["--preset", "tiny", "--seed", "7", "--weights", "mxfp8"],
+               base_seed=1000, mode_names=("prefill", "decode"))
     print()
     print(f"{'model':<11} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
     for name, mode, mx, rel, row_rel, frac, dt in table:

@@ -41,7 +41,19 @@ _ST_DTYPES = {
     "F16": (np.float16, 2),
     "F32": (np.float32, 4),
     "F64": (np.float64, 8),
+    "F8_E4M3": (np.uint8, 1),  # converted by e4m3_to_float64 (and the MXFP8 block scale)
+    "U8": (np.uint8, 1),       # MXFP8 scales (UE8M0)
 }
+
+
+def e4m3_to_float64(raw_u8):
+    """OCP FP8 E4M3 (float8_e4m3fn) bytes -> float64, exactly: sign, 4 exponent bits (bias 7),
+    3 mantissa bits; exponent 0 is subnormal (m/8 * 2^-6); 0x7f/0xff are NaN; no infinities."""
+    b = np.asarray(raw_u8, dtype=np.uint8).astype(np.int64)
+    sign = np.where(b >> 7, -1.0, 1.0)
+    e, m = (b >> 3) & 0xF, b & 0x7
+    mag = np.where(e == 0, m / 8.0 * 2.0 ** -6, (1.0 + m / 8.0) * 2.0 ** (e - 7.0))
+    return np.where((e == 15) & (m == 7), np.nan, sign * mag)
 
 
 class CheckpointError(Exception):
@@ -156,8 +168,21 @@ class Checkpoint:
         count = int(np.prod(shp, dtype=np.int64)) if shp else 1
         raw = np.frombuffer(mm, dtype=np.dtype(np_dt).newbyteorder("<"), count=count, offset=off)
         raw = raw.reshape(shp)
-        arr = bf16_to_float32(raw) if dt == "BF16" else raw
-        out = arr.astype(dtype)  # bf16/f16/f32 -> f64 is exact
+        if dt == "F8_E4M3":
+            # The MXFP8 release: "<module>.weight_scale_inv" holds one UE8M0 exponent s per 1x32
+            # block along the row, W = e4m3 * 2^(s - 127) (s = 255: NaN).
+            arr = e4m3_to_float64(raw)
+            scale_name = name[: -len("weight")] + "weight_scale_inv" if name.endswith("weight") else None
+            if scale_name and scale_name in self._entries:
+                smm, soff, sdt, sshp, _ = self._entries[scale_name]
+                s = np.frombuffer(smm, dtype=np.uint8, count=int(np.prod(sshp)), offset=soff).reshape(sshp).astype(np.float64)
+                if len(shp) != 2 or tuple(sshp) != (shp[0], shp[1] // 32):
+                    raise CheckpointError(f"{path}: {scale_name}: shape {list(sshp)}, expected [{shp[0]}, {shp[1] // 32}]")
+                factor = np.where(s == 255, np.nan, 2.0 ** (s - 127.0))
+                arr = arr * np.repeat(factor, 32, axis=1)
+        else:
+            arr = bf16_to_float32(raw) if dt == "BF16" else raw
+        out = arr.astype(dtype)  # bf16/f16/f32/e4m3 x 2^k -> f64 is exact
         if shape is not None and tuple(out.shape) != tuple(shape):
             raise CheckpointError(f"{path}: tensor {name}: shape {list(out.shape)} but the config implies "
                                   f"{list(shape)}")

@@ -17,6 +17,7 @@
 #include "base/thread_pool.h"
 #include "fixtures/random_checkpoint.h"
 #include "format/linear_weight.h"
+#include "format/mxfp8_quantize.h"
 #include "format/weight_format.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
@@ -187,4 +188,26 @@ TEST(Mxfp8, ACheckpointInTheReleaseLayoutGivesTheLogitsOfItsDequantizedValues) {
     EXPECT_NE(std::string(e.what()).find("gate_proj.weight_scale_inv"), std::string::npos) << e.what();
   }
   std::filesystem::remove_all(root);
+}
+
+TEST(Mxfp8, QuantizerRoundsToTheNearestE4m3AndPicksTheSmallestFittingExponent) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7f) == 0x7f) continue;  // NaN codes
+    const float v = f8e4m3_to_f32(uint8_t(c));
+    if (v == 0.0f) continue;           // +-0 both map to a zero
+    EXPECT_EQ(f32_to_f8e4m3(v), uint8_t(c)) << c;  // every value is its own code
+  }
+  EXPECT_EQ(f32_to_f8e4m3(1000.0f), 0x7e);  // saturates at 448
+  EXPECT_EQ(f32_to_f8e4m3(-1000.0f), 0xfe);
+  EXPECT_EQ(f32_to_f8e4m3(1.0625f), 0x38);  // halfway between 1 (code 0x38, even) and 1.125: to even
+  EXPECT_EQ(f32_to_f8e4m3(1.1875f), 0x3a);  // halfway between 1.125 (0x39, odd) and 1.25 (0x3a): to even
+  std::vector<float> w(64, 0.0f);
+  w[3] = 448.0f * 4;  // block 0's largest: exponent 2 (scale 4) keeps it at 448
+  w[40] = 0.01f;      // block 1's largest
+  std::vector<uint8_t> q(64), s(2);
+  mxfp8_quantize_row(w.data(), 64, q.data(), s.data());
+  EXPECT_EQ(s[0], 129);
+  EXPECT_EQ(f8e4m3_to_f32(q[3]), 448.0f);
+  EXPECT_LE(0.01 / std::ldexp(1.0, int(s[1]) - 127), 448.0);
+  EXPECT_GT(0.01 / std::ldexp(1.0, int(s[1]) - 128), 448.0);  // one exponent less would saturate
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,13 +106,31 @@ void print_checkpoint(const std::string& dir, const ModelCounts& counts) {
     return;
   }
   TensorStore store = TensorStore::open_dir(dir);
-  const uint64_t tensors = store.size(), bytes = store.total_bytes();
+  const uint64_t bytes = store.total_bytes();
+  // Quantized formats store side tensors next to their weights (MXFP8: "<module>.weight_scale_inv").
+  uint64_t side = 0, mxfp8 = 0;
+  std::map<std::string, uint64_t> by_dtype;
+  for (const std::string& name : store.names()) {
+    const TensorView& t = store.get(name);
+    const bool is_side = name.size() > 16 && name.compare(name.size() - 16, 16, "weight_scale_inv") == 0;
+    side += is_side;
+    mxfp8 += t.dtype == DType::F8_E4M3;
+    if (!is_side) ++by_dtype[std::string(dtype_name(t.dtype))];
+  }
+  const uint64_t tensors = store.size() - side;
+  std::string stored;
+  for (const auto& [dt, n] : by_dtype) stored += (stored.empty() ? "" : ", ") + dt + " x " + commas(n);
   std::printf("\ncheckpoint      %s (%s)\n", dir.c_str(),
               sharded ? "sharded, model.safetensors.index.json" : "model.safetensors");
-  std::printf("  tensors       %s (the config implies %s)%s\n", commas(tensors).c_str(),
-              commas(counts.tensor_count).c_str(), tensors == counts.tensor_count ? "" : "  MISMATCH");
-  std::printf("  tensor bytes  %s (the config implies %s)%s\n", bytes_text(bytes).c_str(),
-              commas(counts.weight_bytes).c_str(), bytes == counts.weight_bytes ? "" : "  MISMATCH");
+  std::printf("  tensors       %s (the config implies %s)%s: %s%s\n", commas(tensors).c_str(),
+              commas(counts.tensor_count).c_str(), tensors == counts.tensor_count ? "" : "  MISMATCH", stored.c_str(),
+              side ? str_cat(", plus ", commas(side), " scale tensors").c_str() : "");
+  if (mxfp8 > 0)
+    std::printf("  tensor bytes  %s: %s linears in MXFP8 (1 + 1/32 bytes per weight; the config's bf16 layout "
+                "would be %s)\n", bytes_text(bytes).c_str(), commas(mxfp8).c_str(), gib(double(counts.weight_bytes)).c_str());
+  else
+    std::printf("  tensor bytes  %s (the config implies %s)%s\n", bytes_text(bytes).c_str(),
+                commas(counts.weight_bytes).c_str(), bytes == counts.weight_bytes ? "" : "  MISMATCH");
 }
 
 struct InspectArgs {

@@ -19,6 +19,8 @@ void register_make_checkpoint(CLI::App& app) {
   cmd->add_option("--topk", *topk, "Override the MSA top-k blocks")->check(InRange(2, 1 << 20));
   cmd->add_option("--layers", *layers, "Override the layer count (layer 0 dense, the rest MSA + MoE)")->check(InRange(1, 1024));
   cmd->add_option("--shard-mb", *shard_mb, "Split into safetensors shards of at most this many MB");
+  cmd->add_option("--weights", opt->weights, "bf16, or mxfp8: the text layers' linears in the official MXFP8 release's layout")
+      ->check(CLI::IsMember({"bf16", "mxfp8"}))->capture_default_str();
   cmd->callback([=] {
     if (*block) opt->block_size = *block;
     if (*topk) opt->topk = *topk;
