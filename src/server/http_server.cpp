@@ -116,10 +116,15 @@ class Server {
     std::fprintf(stderr, "m3 serve: listening on http://%s:%d\n", opt_.host.c_str(), http.port());
     std::fflush(stderr);
     listener_.store(&http);
+    if (stopping_.load()) http.stop();  // a signal came before the listener existed
     http.serve([this](const HttpRequest& req, HttpResponder& res) {
-                 in_flight_.fetch_add(1);
+                 // Counted while the handler runs, also when it throws (the connection answers 500).
+                 struct InFlight {
+                   std::atomic<int>& n;
+                   explicit InFlight(std::atomic<int>& c) : n(c) { n.fetch_add(1); }
+                   ~InFlight() { n.fetch_sub(1); }
+                 } counted(in_flight_);
                  route(req, res);
-                 in_flight_.fetch_sub(1);
                },
                [this](const HttpLogEntry& e) {
                  static const char* known[] = {"/v1/chat/completions", "/v1/completions", "/v1/models", "/health", "/metrics"};

@@ -22,8 +22,12 @@ void Histogram::render(std::string& out, const char* name) const {
     std::snprintf(buf, sizeof buf, "%s_bucket{le=\"%g\"} %llu\n", name, bounds_[i], (unsigned long long)cumulative);
     out += buf;
   }
-  std::snprintf(buf, sizeof buf, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.17g\n%s_count %llu\n", name,
-                (unsigned long long)count_, name, sum_, name, (unsigned long long)count_);
+  // One line per snprintf: the names are long (vLLM's), and a line must never be cut.
+  std::snprintf(buf, sizeof buf, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)count_);
+  out += buf;
+  std::snprintf(buf, sizeof buf, "%s_sum %.17g\n", name, sum_);
+  out += buf;
+  std::snprintf(buf, sizeof buf, "%s_count %llu\n", name, (unsigned long long)count_);
   out += buf;
 }
 

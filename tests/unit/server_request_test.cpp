@@ -1,6 +1,8 @@
 // m3 serve building blocks that need no model: request parsing and validation, stop strings,
 // the prefix cache (on a synthetic KV cache), metrics text.
 #include <gtest/gtest.h>
+
+#include <sstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -482,6 +484,30 @@ TEST(ServerMetrics, PrometheusText) {
   EXPECT_NE(t.find("m3_decode_tokens_per_second 36\n"), std::string::npos);
   EXPECT_NE(t.find("m3_queue_length 3\n"), std::string::npos);
   EXPECT_NE(t.find("# TYPE m3_prompt_tokens_total counter\n"), std::string::npos);
+}
+
+TEST(ServerMetrics, LatencyHistogramsAreWholePrometheusLines) {
+  Metrics m;
+  m.observe_latencies(0.0123456789123, {0.0314159265358979, 0.5, 123.456789012345678}, 7.77777777777777);
+  m.observe_latencies(3000.0, {}, 9000.0);  // past every bucket: only +Inf counts it
+  const std::string t = m.render();
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{le=\"0.02\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{le=\"2560\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:inter_token_latency_seconds_bucket{le=\"0.05\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:inter_token_latency_seconds_count 3\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("vllm:e2e_request_latency_seconds_count 2\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("# TYPE vllm:e2e_request_latency_seconds histogram\n"), std::string::npos) << t;
+  // Every sample line is "name value" or "name{labels} value": two fields, never a cut one.
+  std::istringstream lines(t);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream fields(line);
+    std::string name, value, extra;
+    fields >> name >> value;
+    EXPECT_FALSE(value.empty()) << line;
+    EXPECT_FALSE(fields >> extra) << line;
+  }
 }
 
 TEST(ServerMedia, Base64DecodesStandardAlphabetOnly) {
