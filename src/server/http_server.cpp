@@ -106,8 +106,10 @@ class Server {
     const CpuPathInfo cpu = cpu_path_info();
     std::fprintf(stderr, "m3 serve: m3.cpp %s (%s), CPU path %s (best %s)\n", build_info().version.c_str(),
                  build_info().commit.c_str(), cpu.active.c_str(), cpu.best.c_str());
-    std::fprintf(stderr, "m3 serve: model %s: %d layers, %.2fB parameters, %.2f GiB of weights (%s, %s), loaded in %.2f s\n",
-                 model_name_.c_str(), mi.layers, mi.parameters / 1e9, mi.weight_bytes / double(1ull << 30),
+    const bool billions = mi.parameters >= 1000000000;
+    std::fprintf(stderr, "m3 serve: model %s: %d layers, %.2f%s parameters, %.2f GiB of weights (%s, %s), loaded in %.2f s\n",
+                 model_name_.c_str(), mi.layers, mi.parameters / (billions ? 1e9 : 1e6), billions ? "B" : "M",
+                 mi.weight_bytes / double(1ull << 30),
                  mi.weight_dtypes.c_str(), mi.weights_mapped ? (mi.weights_locked ? "mapped, locked" : "mapped") : "in memory",
                  mi.load_seconds);
     std::fprintf(stderr, "m3 serve: model %s, context %lld tokens, %d parallel sequences, %d threads, %s KV cache, prefix cache %llu MiB\n",
