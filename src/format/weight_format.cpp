@@ -30,10 +30,31 @@ float ue8m0_to_f32(uint8_t s) {
   return std::ldexp(1.0f, int(s) - 127);
 }
 
+// Both decodings as tables, built once from the functions above (the same values): a block
+// costs one scale lookup and 32 lookups and multiplies, where ldexp per element cost ~100x.
+struct Mxfp8Tables {
+  float e4m3[256], scale[256];
+  Mxfp8Tables() {
+    for (int i = 0; i < 256; ++i) {
+      e4m3[i] = f8e4m3_to_f32(uint8_t(i));
+      scale[i] = ue8m0_to_f32(uint8_t(i));
+    }
+  }
+};
+const Mxfp8Tables& mxfp8_tables() {
+  static const Mxfp8Tables t;
+  return t;
+}
+
 void mxfp8_cols(const LinearWeight& w, int64_t r, int64_t c0, int64_t c1, float* out) {
+  const Mxfp8Tables& t = mxfp8_tables();
   const uint8_t* q = w.row_ptr(r);
   const uint8_t* scales = w.side_row(0, r);
-  for (int64_t c = c0; c < c1; ++c) out[c - c0] = f8e4m3_to_f32(q[c]) * ue8m0_to_f32(scales[c / 32]);
+  for (int64_t b0 = c0; b0 < c1; b0 += 32) {
+    const float s = t.scale[scales[b0 / 32]];
+    const int64_t b1 = std::min<int64_t>(b0 + 32, c1);
+    for (int64_t c = b0; c < b1; ++c) out[c - c0] = t.e4m3[q[c]] * s;
+  }
 }
 void mxfp8_row(const LinearWeight& w, int64_t r, float* out) { mxfp8_cols(w, r, 0, w.cols, out); }
 

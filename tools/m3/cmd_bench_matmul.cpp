@@ -25,6 +25,8 @@
 #include "bench_util.h"
 #include "commands.h"
 #include "usage.h"
+#include "format/mxfp8_quantize.h"
+#include "format/weight_format.h"
 #include "kernels/matmul.h"
 
 namespace m3::cli {
@@ -50,6 +52,7 @@ struct Options {
   int64_t stream_mib = 256;  // weight copies cycled per shape, so that each repetition reads DRAM
   std::string clock = "wall";
   std::string output = "md";
+  std::string weights = "bf16";  // or mxfp8 (the release's layout: 1 + 1/32 bytes per weight)
 };
 
 struct Row {
@@ -85,7 +88,8 @@ void run_bench(const Options& o) {
   const double peak = 1e9 * measure_fma_peak(pool, reps, clock);
   BenchReport report(report_format_of(o.output));
   report.machine_facts(pool.size(), {bw / 1e9, peak / 1e9});
-  report.fact("weights", "bf16");
+  report.fact("weights", o.weights);
+  const bool mx = o.weights == "mxfp8";
   report.fact("reps", reps);
   report.fact("clock", clock.cpu ? "cpu" : "wall");
 
@@ -95,19 +99,40 @@ void run_bench(const Options& o) {
   for (size_t si = 0; si < shapes.size(); ++si) {
     const std::string& shape = shapes[si];
     const auto [N, K] = nks[si];
-    const size_t wbytes = size_t(N * K) * 2;
+    M3_CHECK(!mx || K % 32 == 0, "bench matmul: MXFP8 needs K a multiple of 32, got ", K);
+    const size_t wbytes = mx ? size_t(N * K) + size_t(N * K / 32) : size_t(N * K) * 2;
     const int copies = int(std::max<int64_t>(1, (o.stream_mib << 20) / int64_t(wbytes) + 1));
-    std::vector<std::vector<uint16_t>> weights(static_cast<size_t>(copies));
+    // Per copy: bf16 values, or MXFP8 (E4M3 bytes, then one UE8M0 scale per 32 of them).
+    std::vector<std::vector<uint8_t>> weights(static_cast<size_t>(copies));
     for (auto& wc : weights) {
-      wc.resize(size_t(N * K));
-      for (auto& h : wc) h = f32_to_bf16(0.02f * dist(rng));
+      wc.resize(wbytes);
+      if (mx) {
+        std::vector<float> row(static_cast<size_t>(K));
+        for (int64_t r = 0; r < N; ++r) {
+          for (float& v : row) v = 0.02f * dist(rng);
+          mxfp8_quantize_row(row.data(), K, wc.data() + r * K, wc.data() + N * K + r * (K / 32));
+        }
+      } else {
+        uint16_t* h = reinterpret_cast<uint16_t*>(wc.data());
+        for (int64_t i = 0; i < N * K; ++i) h[i] = f32_to_bf16(0.02f * dist(rng));
+      }
     }
     for (const long long M : ms) {
       std::vector<float> x(size_t(M * K)), y(size_t(M * N));
       for (float& v : x) v = dist(rng);
       std::vector<double> times;
       for (int r = 0; r < reps + 1; ++r) {
-        const LinearWeight w = dense_weight(DType::BF16, reinterpret_cast<const uint8_t*>(weights[size_t(r % copies)].data()), N, K);
+        const uint8_t* data = weights[size_t(r % copies)].data();
+        LinearWeight w;
+        if (mx) {
+          w.format = &mxfp8_format();
+          w.data = data;
+          w.side[0] = data + N * K;
+          w.rows = N;
+          w.cols = K;
+        } else {
+          w = dense_weight(DType::BF16, data, N, K);
+        }
         const double t0 = clock.now();
         matmul(pool, x.data(), M, w, y.data());
         if (r > 0) times.push_back(clock.since(t0));  // the first run warms up
@@ -125,7 +150,7 @@ void run_bench(const Options& o) {
     }
   }
 
-  report.table("Weight matmul y = x·Wᵀ (bf16 W), median of the repetitions, against the larger of its two bounds",
+  report.table("Weight matmul y = x·Wᵀ (" + o.weights + " W), median of the repetitions, against the larger of its two bounds",
                {{"shape", "shape N×K"}, {"m", "M"}, {"time_ms", "time ms"}, {"gflops", "GFLOP/s"}, {"gbs", "GB/s"},
                 {"bound", ""}, {"of_bound", "% of bound"}});
   for (const Row& r : rows)
@@ -139,7 +164,7 @@ void run_bench(const Options& o) {
 void register_bench_matmul(CLI::App* bench) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = bench->add_subcommand(
-      "matmul", "bf16-weight matmul throughput for M = 1..512 against measured bandwidth and FMA peak");
+      "matmul", "Weight matmul throughput (bf16 or MXFP8) for M = 1..512 against measured bandwidth and FMA peak");
   cmd->add_option("-t,--threads", opts->threads, "Threads (default: all cores)");
   cmd->add_option("-r,--reps", opts->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   cmd->add_option("-m,--m", opts->ms, "Batch sizes M (rows of x), comma-separated")->capture_default_str();
@@ -151,6 +176,8 @@ void register_bench_matmul(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("--clock", opts->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->capture_default_str();
+  cmd->add_option("--weights", opts->weights, "bf16, or mxfp8 (the official release's layout)")
+      ->check(CLI::IsMember({"bf16", "mxfp8"}))->capture_default_str();
   add_report_option(cmd, opts->output);
   cmd->callback([opts] { run_bench(*opts); });
 }
