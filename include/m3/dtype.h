@@ -44,5 +44,12 @@ float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 // OCP FP8 E4M3 (float8_e4m3fn): no infinities, 0x7f/0xff are NaN, max 448.
 float f8e4m3_to_f32(uint8_t v);
+// OCP UE8M0 (the MX scale): 2^(s - 127) exactly (2^-127 is an fp32 subnormal); 255 is NaN.
+inline float ue8m0_to_f32(uint8_t s) {
+  const uint32_t bits = s == 255 ? 0x7fc00000u : s == 0 ? 0x00400000u : uint32_t(s) << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
 
 }  // namespace m3

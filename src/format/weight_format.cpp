@@ -24,12 +24,6 @@ void f32_row(const LinearWeight& w, int64_t r, float* out) {
   std::copy_n(reinterpret_cast<const float*>(w.row_ptr(r)), w.cols, out);
 }
 
-// 2^(s - 127) for a UE8M0 scale byte, exactly (2^-127 is an fp32 subnormal); 255 is NaN.
-float ue8m0_to_f32(uint8_t s) {
-  if (s == 255) return std::numeric_limits<float>::quiet_NaN();
-  return std::ldexp(1.0f, int(s) - 127);
-}
-
 // Both decodings as tables, built once from the functions above (the same values): a block
 // costs one scale lookup and 32 lookups and multiplies, where ldexp per element cost ~100x.
 struct Mxfp8Tables {

@@ -245,7 +245,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
   const int64_t nc = plan.weights_outer ? pnr : round_up(std::max<int64_t>(plan.nc, 1), pnr);
   const int64_t kcb = std::max<int64_t>(plan.kc_blocks, 1);
   const int64_t tiles_m = mc / pmr, tile_floats = int64_t(pmr) * pnr * kLanes;
-  const int block_bytes = kBlock * int(dtype_size(w.element()));
+  const int block_bytes = int(w.format->row_bytes(kBlock));  // bytes of the main tensor per 32 weights
   float* lanes = thread_scratch(1, size_t(mc * nc * kLanes));
   float* panel = thread_scratch(2, size_t(pnr * kcb * kBlock));
 
@@ -257,7 +257,9 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
     const int64_t kb1 = std::min(kb0 + kcb, KB);
     if (w.format->dense()) {
       kern.widen_rows(w.element(), w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
-    } else {  // a blocked format: its own exact dequantization, block by block into the panel
+    } else if (plan.fill != nullptr) {  // a blocked format's SIMD dequantization
+      plan.fill(w, n, row_step, nt, kb0, kb1, panel);
+    } else {  // a blocked format's exact scalar dequantization, block by block into the panel
       for (int j = 0; j < nt; ++j)
         for (int64_t kb = kb0; kb < kb1; ++kb) {
           float* out = panel + ((kb - kb0) * nt + j) * kBlock;
@@ -398,6 +400,8 @@ void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_
                     const LinearWeight& w, float* y) {
   matmul_detail::MatmulPlan plan = matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
   plan.blocked = true;
+  if (w.format == &mxfp8_format())
+    plan.fill = matmul_detail::mxfp8_panel_fill(matmul_detail::tile_tables().path_of(path));
   matmul_detail::matmul_run(path, plan, pool, x, rows, M, w, y);
 }
 

@@ -92,6 +92,15 @@ const TileKernels* avx512_tile_kernels();
 const TileKernels* avx2_tile_kernels();
 const TileKernels& generic_tile_kernels();
 
+// Widens blocks [kb0, kb1) of the weight rows n, n + row_step, ... (`rows` of them) of a blocked
+// format into a panel (the layout of PanelArgs, nr = rows), exactly as the format's
+// dequantize_cols: one format's SIMD dequantization on one path.
+using PanelFill = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                           float* panel);
+// MXFP8's panel fill on `path` (matmul_mxfp8.cpp); nullptr where it has none (the format's scalar
+// dequantize_cols is used).
+PanelFill mxfp8_panel_fill(CpuPath path);
+
 // How matmul cuts the work; tests force small blocks to check that blocking changes nothing.
 struct MatmulPlan {
   bool blocked = false;   // false: direct tiles over all of K (small M); true: panel tiles
@@ -101,6 +110,7 @@ struct MatmulPlan {
   int64_t kc_blocks = 0;  // 32-blocks of K per block
   bool weights_outer = false;  // per weight panel all K chunks in turn (else per K chunk all panels)
   int64_t m_chunk = 0;    // rows of x packed and run at once (bounds the packed copy); 0: all
+  PanelFill fill = nullptr;  // blocked formats: the panel fill (nullptr: the format's dequantize_cols)
 };
 
 MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K);

@@ -21,6 +21,7 @@
 #include "format/weight_format.h"
 #include "io/safetensors.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_tile.h"
 #include "runtime/engine.h"
 
 using namespace m3;
@@ -81,6 +82,48 @@ TEST(Mxfp8, DequantizationFollowsTheOcpRules) {
   m.w.row_to_f32(0, row.data());
   EXPECT_TRUE(std::isnan(row[40]));
   EXPECT_FALSE(std::isnan(row[4]));
+}
+
+TEST(Mxfp8, ScaleBytesDecodeToExactPowersOfTwo) {
+  for (int s = 0; s < 255; ++s) EXPECT_EQ(ue8m0_to_f32(uint8_t(s)), std::ldexp(1.0f, s - 127)) << s;
+  EXPECT_TRUE(std::isnan(ue8m0_to_f32(255)));
+}
+
+// The SIMD panel fills widen every E4M3 code (subnormals, both zeros, NaN, 448) under extreme
+// scales exactly as the scalar tables do.
+TEST(Mxfp8, SimdPanelFillEqualsTheScalarDequantizationForEveryCodeAndScale) {
+  const int64_t rows = 3, cols = 256;
+  RandomMxfp8 m(rows, cols, 5);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int c = 0; c < cols; ++c) m.q[size_t(r * cols + c)] = uint8_t((c + 37 * r) % 256);
+  const uint8_t scales[] = {0, 1, 100, 126, 127, 128, 200, 254, 255};
+  for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
+    if (!cpu_path_supported(path)) continue;
+    const matmul_detail::PanelFill fill = matmul_detail::mxfp8_panel_fill(path);
+    ASSERT_NE(fill, nullptr) << cpu_path_name(path);
+    for (uint8_t s : scales) {
+      std::fill(m.scales.begin(), m.scales.end(), s);
+      m.scales[1] = 127;  // one block of row 0 at another scale
+      std::vector<float> panel(static_cast<size_t>(rows * cols) + 16), want(static_cast<size_t>(cols));
+      float* aligned = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel.data()) + 63) & ~uintptr_t(63));
+      fill(m.w, 0, 1, int(rows), 0, cols / 32, aligned);
+      for (int64_t r = 0; r < rows; ++r) {
+        m.w.format->dequantize_cols(m.w, r, 0, cols, want.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          const float got = aligned[((c / 32) * rows + r) * 32 + c % 32];
+          const float exp = want[size_t(c)];
+          if (std::isnan(exp)) {
+            EXPECT_TRUE(std::isnan(got)) << cpu_path_name(path);
+          } else {
+            uint32_t a, b;
+            std::memcpy(&a, &got, 4);
+            std::memcpy(&b, &exp, 4);
+            ASSERT_EQ(a, b) << cpu_path_name(path) << " code " << int(m.q[size_t(r * cols + c)]) << " scale " << int(s);
+          }
+        }
+      }
+    }
+  }
 }
 
 TEST(Mxfp8, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {

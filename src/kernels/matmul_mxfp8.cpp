@@ -1,0 +1,152 @@
+// MXFP8's panel fill on AVX2 and AVX-512: E4M3 bytes widened to fp32 in registers and multiplied by
+// the block's UE8M0 scale, the same values as the format's table-driven dequantize_cols (bit for
+// bit: both widen exactly and round one fp32 product). Decode streams 1.03 bytes per weight, so it
+// is bound by how fast this runs; the scalar tables cost ~0.35 ns per weight (docs/FORMATS.md).
+//
+// E4M3 (sign, 4 exponent bits with bias 7, 3 mantissa bits) widens through F16 (5 exponent bits,
+// bias 15, 10 mantissa bits): the byte's magnitude shifted up by 7 and its sign by 8 is an F16 of
+// value e4m3 x 2^-8, subnormals included, which the F16C conversion widens exactly (no fp32
+// subnormal operand, which would cost a microcode assist on some CPUs). One multiply by
+// 2^8 x 2^(s - 127) then rounds the product once, as the tables' e4m3 x 2^(s - 127) does. Where
+// 2^(s - 119) is not a finite fp32 (s > 246) the two factors are applied one after the other,
+// which is the same value (x 2^8 is exact). A block holding a NaN code (0x7f, 0xff) takes the
+// tables: real checkpoints have none, and the check costs a compare per 16 bytes.
+#include "kernels/matmul_tile.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#define M3_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define M3_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+namespace m3::matmul_detail {
+namespace {
+
+constexpr int kPrefetchAhead = 512;  // bytes of E4M3 ahead in each row
+constexpr int kMaxPanelRows = 16;    // more than any path's panel_nr
+
+// The rows' E4M3 and scale bytes, found once per panel (each lookup divides).
+inline void row_pointers(const LinearWeight& w, int64_t n, int64_t row_step, int rows, const uint8_t** q,
+                         const uint8_t** s) {
+  if (rows > kMaxPanelRows) std::abort();  // a planning bug
+  for (int j = 0; j < rows; ++j) {
+    q[j] = w.row_ptr(n + j * row_step);
+    s[j] = w.side_row(0, n + j * row_step);
+  }
+}
+
+// The factor the F16 values are multiplied by, or two factors when one would overflow.
+struct BlockScale {
+  float first, second;  // second = 1 unless s > 246
+};
+inline BlockScale block_scale(uint8_t s) {
+  if (s <= 246) return {ue8m0_to_f32(uint8_t(s + 8)), 1.0f};
+  return {256.0f, ue8m0_to_f32(s)};
+}
+
+// The scalar tables' values, for a block with a NaN code.
+inline void block_from_tables(const LinearWeight& w, int64_t r, int64_t kb, float* out) {
+  w.format->dequantize_cols(w, r, kb * kBlock, (kb + 1) * kBlock, out);
+}
+
+M3_AVX2 inline bool has_nan_code(const uint8_t* q) {
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q));
+  const __m256i mag = _mm256_and_si256(v, _mm256_set1_epi8(0x7f));
+  return _mm256_movemask_epi8(_mm256_cmpeq_epi8(mag, _mm256_set1_epi8(0x7f))) != 0;
+}
+
+// 8 E4M3 bytes as F16 bits (value x 2^-8), widened to fp32.
+M3_AVX2 inline __m256 e4m3x8(const uint8_t* p) {
+  const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  const __m128i h = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(v, 8), _mm_set1_epi16(int16_t(0x8000))),
+                                 _mm_and_si128(_mm_slli_epi16(v, 7), _mm_set1_epi16(0x3f80)));
+  return _mm256_cvtph_ps(h);
+}
+
+M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                       float* panel) {
+  const uint8_t* q_rows[kMaxPanelRows];
+  const uint8_t* s_rows[kMaxPanelRows];
+  row_pointers(w, n, row_step, rows, q_rows, s_rows);
+  float* out = panel;
+  for (int64_t kb = kb0; kb < kb1; ++kb)
+    for (int j = 0; j < rows; ++j, out += kBlock) {
+      const uint8_t* q = q_rows[j] + kb * kBlock;
+      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+      if (has_nan_code(q)) {
+        block_from_tables(w, n + j * row_step, kb, out);
+        continue;
+      }
+      const BlockScale bs = block_scale(s_rows[j][kb]);
+      const __m256 s1 = _mm256_set1_ps(bs.first);
+      if (bs.second == 1.0f) {
+        for (int i = 0; i < kBlock; i += 8) _mm256_store_ps(out + i, _mm256_mul_ps(e4m3x8(q + i), s1));
+      } else {
+        const __m256 s2 = _mm256_set1_ps(bs.second);
+        for (int i = 0; i < kBlock; i += 8)
+          _mm256_store_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(e4m3x8(q + i), s1), s2));
+      }
+    }
+}
+
+// 16 E4M3 bytes as F16 bits (value x 2^-8), widened to fp32.
+M3_AVX512 inline __m512 e4m3x16(const uint8_t* p) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  // (v << 8) & 0x8000 | (v << 7) & 0x3f80 in one ternary-logic op: bits of a where c is set, else of b.
+  const __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(v, 8), _mm256_slli_epi16(v, 7),
+                                              _mm256_set1_epi16(int16_t(0x8000)), 0xe4);
+  return _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16(int16_t(0xbf80))));
+}
+
+M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                           float* panel) {
+  const uint8_t* q_rows[kMaxPanelRows];
+  const uint8_t* s_rows[kMaxPanelRows];
+  row_pointers(w, n, row_step, rows, q_rows, s_rows);
+  float* out = panel;
+  for (int64_t kb = kb0; kb < kb1; ++kb)
+    for (int j = 0; j < rows; ++j, out += kBlock) {
+      const uint8_t* q = q_rows[j] + kb * kBlock;
+      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+      if (has_nan_code(q)) {
+        block_from_tables(w, n + j * row_step, kb, out);
+        continue;
+      }
+      const BlockScale bs = block_scale(s_rows[j][kb]);
+      const __m512 s1 = _mm512_set1_ps(bs.first), s2 = _mm512_set1_ps(bs.second);
+      __m512 lo = _mm512_mul_ps(e4m3x16(q), s1), hi = _mm512_mul_ps(e4m3x16(q + 16), s1);
+      if (bs.second != 1.0f) {
+        lo = _mm512_mul_ps(lo, s2);
+        hi = _mm512_mul_ps(hi, s2);
+      }
+      _mm512_store_ps(out, lo);
+      _mm512_store_ps(out + 16, hi);
+    }
+}
+
+}  // namespace
+
+PanelFill mxfp8_panel_fill(CpuPath path) {
+  switch (path) {
+    case CpuPath::Avx2: return &fill_avx2;
+    case CpuPath::Avx512: return &fill_avx512;
+    default: return nullptr;
+  }
+}
+
+}  // namespace m3::matmul_detail
+
+#else
+
+namespace m3::matmul_detail {
+PanelFill mxfp8_panel_fill(CpuPath) { return nullptr; }
+}  // namespace m3::matmul_detail
+
+#endif
