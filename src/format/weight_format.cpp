@@ -52,6 +52,44 @@ void mxfp8_cols(const LinearWeight& w, int64_t r, int64_t c0, int64_t c1, float*
 }
 void mxfp8_row(const LinearWeight& w, int64_t r, float* out) { mxfp8_cols(w, r, 0, w.cols, out); }
 
+// The affine layout: the values of group g of row r share scales[g] and biases[g] (bf16). The
+// product scale x q is exact in fp32 (8 significant bits times at most 8 bits), so the one rounding
+// is the sum's, whether or not a kernel fuses it.
+template <int Bits>
+void affine_cols(const LinearWeight& w, int64_t r, int64_t c0, int64_t c1, float* out) {
+  constexpr int kPerWord = 32 / Bits;
+  constexpr uint32_t kMask = (1u << Bits) - 1;
+  const int64_t group = w.format->block_cols;
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(w.row_ptr(r));
+  const uint16_t* scales = reinterpret_cast<const uint16_t*>(w.side_row(0, r));
+  const uint16_t* biases = reinterpret_cast<const uint16_t*>(w.side_row(1, r));
+  for (int64_t g0 = c0 / group * group; g0 < c1; g0 += group) {
+    const float s = bf16_to_f32(scales[g0 / group]), b = bf16_to_f32(biases[g0 / group]);
+    for (int64_t c = std::max(g0, c0); c < std::min(g0 + group, c1); ++c) {
+      const uint32_t v = (q[c / kPerWord] >> (Bits * (c % kPerWord))) & kMask;
+      out[c - c0] = s * float(v) + b;
+    }
+  }
+}
+template <int Bits>
+void affine_row(const LinearWeight& w, int64_t r, float* out) {
+  affine_cols<Bits>(w, r, 0, w.cols, out);
+}
+
+template <int Bits, int Group>
+const WeightFormat& affine() {
+  static const std::string name = "affine" + std::to_string(Bits) + "-g" + std::to_string(Group);
+  static const WeightFormat f{name,          DType::U32, 32 / Bits, Group, {{"scales", DType::BF16, 1}, {"biases", DType::BF16, 1}},
+                              &affine_row<Bits>, &affine_cols<Bits>};
+  return f;
+}
+
+const std::vector<const WeightFormat*>& affine_formats() {
+  static const std::vector<const WeightFormat*> all = {&affine<4, 32>(), &affine<4, 64>(), &affine<4, 128>(),
+                                                        &affine<8, 32>(), &affine<8, 64>(), &affine<8, 128>()};
+  return all;
+}
+
 struct Registry {
   std::mutex mu;
   std::vector<const WeightFormat*> extra;  // registered, in order
@@ -92,6 +130,7 @@ const WeightFormat& mxfp8_format() {
 
 std::vector<const WeightFormat*> weight_formats() {
   std::vector<const WeightFormat*> all = {&bf16_format(), &f16_format(), &f32_format(), &mxfp8_format()};
+  all.insert(all.end(), affine_formats().begin(), affine_formats().end());
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   all.insert(all.end(), r.extra.begin(), r.extra.end());
@@ -116,11 +155,24 @@ void register_weight_format(const WeightFormat& format) {
   r.extra.push_back(&format);
 }
 
-const WeightFormat* match_weight_format(DType element, const std::function<bool(const SideTensorSpec&)>& has_side) {
+const WeightFormat* affine_format(int bits, int group) {
+  for (const WeightFormat* f : affine_formats()) {
+    const std::optional<AffineParams> p = affine_params(*f);
+    if (p->bits == bits && p->group == group) return f;
+  }
+  return nullptr;
+}
+
+std::optional<AffineParams> affine_params(const WeightFormat& format) {
+  for (const WeightFormat* f : affine_formats())
+    if (f == &format) return AffineParams{32 / f->weights_per_element, int(f->block_cols)};
+  return std::nullopt;
+}
+
+const WeightFormat* match_weight_format(DType element, const std::function<bool(const WeightFormat&)>& fits) {
   const WeightFormat* best = nullptr;
   for (const WeightFormat* f : weight_formats()) {
-    if (f->element != element) continue;
-    if (!std::all_of(f->side.begin(), f->side.end(), has_side)) continue;
+    if (f->element != element || !fits(*f)) continue;
     if (best == nullptr || f->side.size() > best->side.size()) best = f;
   }
   return best;

@@ -11,6 +11,7 @@
 // lives for the whole process.
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -61,6 +62,17 @@ const WeightFormat* dense_format(DType dtype);
 // per 1x32 block along the row: W = e4m3 x 2^(s - 127) (s = 255: NaN). docs/FORMATS.md.
 const WeightFormat& mxfp8_format();
 
+// The affine layout mlx-lm writes (its "affine" quantization mode): "<module>.weight" U32
+// [rows, cols * bits / 32] packing 32 / bits unsigned values per word, element 0 in the lowest
+// bits; "<module>.scales" and "<module>.biases" BF16 [rows, cols / group], W = scale x q + bias.
+// bits 4 or 8, group 32, 64 or 128; nullptr for other values. Named "affine<bits>-g<group>".
+const WeightFormat* affine_format(int bits, int group);
+// A format's affine parameters; nullopt for the other formats.
+struct AffineParams {
+  int bits, group;
+};
+std::optional<AffineParams> affine_params(const WeightFormat& format);
+
 // Adds a format (which must outlive the process, e.g. a static). Throws m3::Error when its name is
 // taken or it lacks a dequantize_row.
 void register_weight_format(const WeightFormat& format);
@@ -68,8 +80,9 @@ void register_weight_format(const WeightFormat& format);
 std::vector<const WeightFormat*> weight_formats();
 const WeightFormat* find_weight_format(std::string_view name);
 
-// The format a stored weight is in: the one whose main dtype is `element` and whose side tensors
-// all exist (has_side), preferring the one with the most side tensors; nullptr when none fits.
-const WeightFormat* match_weight_format(DType element, const std::function<bool(const SideTensorSpec&)>& has_side);
+// The format a stored weight is in: the one whose main dtype is `element` and for which `fits`
+// holds (its side tensors exist, the shapes match), preferring the one with the most side
+// tensors; nullptr when none fits.
+const WeightFormat* match_weight_format(DType element, const std::function<bool(const WeightFormat&)>& fits);
 
 }  // namespace m3

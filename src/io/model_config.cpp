@@ -312,6 +312,50 @@ TextConfig parse_text(const json& obj, const std::string& source) {
   return t;
 }
 
+// mlx-lm writes the block twice, as "quantization" and "quantization_config"; the release's
+// MXFP8 "quantization_config" (quant_method "mxfp8") needs no parsing (docs/FORMATS.md).
+std::optional<QuantizationConfig> parse_quantization(const ObjectReader& top, const std::string& source) {
+  const json* obj = top.opt_object("quantization");
+  std::string key = "quantization";
+  if (obj == nullptr) {
+    const json* qc = top.opt_object("quantization_config");
+    if (qc == nullptr || !qc->contains("bits")) return std::nullopt;
+    obj = qc;
+    key = "quantization_config";
+  }
+  ObjectReader r(*obj, source, key + ".");
+  QuantizationConfig q;
+  q.mode = r.string_or("mode", "affine");
+  if (q.mode != "affine")
+    fail(source, ": ", r.path("mode"), ": only \"affine\" is supported, got \"", q.mode, "\"");
+  q.bits = r.req_int("bits", kPosInt);
+  q.group_size = r.req_int("group_size", kPosInt);
+  for (const auto& [name, value] : obj->items()) {
+    if (name == "mode" || name == "bits" || name == "group_size" || name == "quant_method") continue;
+    QuantizationConfig::Module m;
+    if (value.is_boolean()) {
+      if (value.get<bool>()) fail(source, ": ", r.path(name), ": expected false or {\"bits\", \"group_size\"}, got true");
+      m.quantized = false;
+    } else if (value.is_object()) {
+      ObjectReader mr(value, source, key + "." + name + ".");
+      m.bits = mr.int_or("bits", kPosInt, q.bits);
+      m.group_size = mr.int_or("group_size", kPosInt, q.group_size);
+    } else {
+      r.wrong_type(name, "false or an object {\"bits\", \"group_size\"}", value);
+    }
+    q.modules.emplace_back(name, m);
+  }
+  auto check = [&](const std::string& path, int bits, int group) {
+    if (bits != 4 && bits != 8) fail(source, ": ", path, "bits: ", bits, "-bit is not supported; expected 4 or 8");
+    if (group != 32 && group != 64 && group != 128)
+      fail(source, ": ", path, "group_size: expected 32, 64 or 128, got ", group);
+  };
+  check(key + ".", q.bits, q.group_size);
+  for (const auto& [name, m] : q.modules)
+    if (m.quantized) check(key + "." + name + ".", m.bits, m.group_size);
+  return q;
+}
+
 // img_token_compression_config sits at the top level of the real file and again inside
 // vision_config; either copy may be given, and when both are they must agree.
 void parse_compression(const ObjectReader& top, const ObjectReader& vis, const std::string& source,
@@ -611,8 +655,15 @@ ModelConfig ModelConfig::from_json_text(const std::string& text, const std::stri
   } else {
     m.projector_hidden_size = top.int_or("projector_hidden_size", kNonNegInt, 0);
   }
+  m.quantization = parse_quantization(top, src);
   m.validate();
   return m;
+}
+
+QuantizationConfig::Module QuantizationConfig::expected(const std::string& module) const {
+  for (const auto& [name, m] : modules)
+    if (name == module) return m;
+  return {true, bits, group_size};
 }
 
 void ModelConfig::validate() const {
@@ -723,6 +774,14 @@ std::string ModelConfig::to_json_text() const {
         {"vision_segment_max_frames", v.vision_segment_max_frames},
         {"img_token_compression_config", compression},
     };
+  }
+  if (quantization) {
+    const QuantizationConfig& q = *quantization;
+    json block = {{"mode", q.mode}, {"bits", q.bits}, {"group_size", q.group_size}};
+    for (const auto& [name, m] : q.modules)
+      block[name] = m.quantized ? json{{"bits", m.bits}, {"group_size", m.group_size}} : json(false);
+    root["quantization"] = block;
+    root["quantization_config"] = block;  // as mlx-lm writes it
   }
   // nlohmann sorts keys, as HF's save_pretrained does.
   return root.dump(2) + "\n";

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace m3 {
@@ -92,6 +93,25 @@ struct VisionConfig {
   bool operator==(const VisionConfig&) const = default;
 };
 
+// mlx-lm's "quantization" block (also written as "quantization_config"): the affine layout's
+// default bits and group size, and per-module overrides keyed by module path ("<name>" of
+// "<name>.weight"): {"bits", "group_size"}, or false for a module left unquantized. The layout of
+// each weight is read from its tensors' shapes; this is checked against them (docs/FORMATS.md).
+struct QuantizationConfig {
+  struct Module {
+    bool quantized = true;
+    int bits = 0, group_size = 0;
+    bool operator==(const Module&) const = default;
+  };
+  std::string mode = "affine";  // only "affine" is supported
+  int bits = 4, group_size = 64;
+  std::vector<std::pair<std::string, Module>> modules;  // in file order
+
+  // What the config says for a module: its override, else the defaults.
+  Module expected(const std::string& module) const;
+  bool operator==(const QuantizationConfig&) const = default;
+};
+
 struct ModelConfig {
   std::string source;  // file it was read from, for messages
   std::vector<std::string> architectures;
@@ -107,6 +127,7 @@ struct ModelConfig {
   std::string vision_feature_select_strategy = "full";
   TextConfig text;
   std::optional<VisionConfig> vision;
+  std::optional<QuantizationConfig> quantization;  // mlx-lm affine checkpoints
 
   // Reads and validates; throws m3::Error "PATH: text_config.num_key_value_heads: ..." on problems.
   static ModelConfig from_file(const std::string& path);

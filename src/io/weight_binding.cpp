@@ -1,5 +1,6 @@
 #include "io/weight_binding.h"
 
+#include <algorithm>
 #include <string>
 
 #include "m3/error.h"
@@ -31,7 +32,7 @@ std::string format_names() {
 
 }  // namespace
 
-LinearWeight bind_linear(const TensorStore& store, const TensorSpec& spec) {
+LinearWeight bind_linear(const TensorStore& store, const TensorSpec& spec, const QuantizationConfig* quantization) {
   M3_CHECK(spec.storage != TensorStorage::Vector, spec.name, ": a vector, not a linear weight");
   const TensorView* t = &store.get(spec.name);  // throws the store's "missing tensor" error
   const int64_t rows = spec.rows(), cols = spec.cols();
@@ -39,7 +40,25 @@ LinearWeight bind_linear(const TensorStore& store, const TensorSpec& spec) {
 
   const WeightFormat* format = dense_format(t->dtype);
   if (format == nullptr) {
-    format = match_weight_format(t->dtype, [&](const SideTensorSpec& s) { return store.find(prefix + s.suffix) != nullptr; });
+    // Formats that share a main dtype and side tensors (the affine ones: U32 + scales + biases)
+    // differ in packing and group: the shapes say which one this is.
+    auto sides_named = [&](const WeightFormat& f) {
+      return std::all_of(f.side.begin(), f.side.end(),
+                         [&](const SideTensorSpec& s) { return store.find(prefix + s.suffix) != nullptr; });
+    };
+    auto shapes_fit = [&](const WeightFormat& f) {
+      if (!sides_named(f) || cols % f.block_cols != 0 || cols % f.weights_per_element != 0) return false;
+      if (t->shape != std::vector<int64_t>{rows, f.stored_cols(cols)}) return false;
+      for (const SideTensorSpec& s : f.side) {
+        const TensorView* side = store.find(prefix + s.suffix);
+        if (side->dtype != s.dtype || side->shape != std::vector<int64_t>{rows, cols / f.block_cols * s.per_block})
+          return false;
+      }
+      return true;
+    };
+    format = match_weight_format(t->dtype, shapes_fit);
+    // None fits: bind the likeliest one, whose checks below name the tensor that is off.
+    if (format == nullptr) format = match_weight_format(t->dtype, sides_named);
   }
   M3_CHECK(format != nullptr, store.source(), ": tensor ", spec.name, " has dtype ", dtype_name(t->dtype),
            ", expected BF16, F16 or F32, or the main tensor of a weight format: ", format_names());
@@ -63,6 +82,16 @@ LinearWeight bind_linear(const TensorStore& store, const TensorSpec& spec) {
       w.side[i] = side.data;
     }
   }
+  if (const std::optional<AffineParams> a = affine_params(*format); a && quantization != nullptr) {
+    const std::string module = prefix.substr(0, prefix.size() - 1);
+    const QuantizationConfig::Module m = quantization->expected(module);
+    if (!m.quantized || m.bits != a->bits || m.group_size != a->group)
+      fail(store.source(), ": tensor ", spec.name, " is ", a->bits, "-bit affine in groups of ", a->group,
+           ", but config.json's quantization says ",
+           m.quantized ? std::to_string(m.bits) + "-bit in groups of " + std::to_string(m.group_size) : "unquantized",
+           " for ", module);
+  }
+
   return w;
 }
 

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "m3/error.h"
@@ -350,10 +351,11 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
                 int64_t M, const LinearWeight& w, float* y) {
   const TileKernels& kern = kernels_for(tile_tables().path_of(path));
-  M3_CHECK(w.format->dense() || (w.format->dequantize_cols != nullptr && plan.blocked && w.format->weights_per_element == 1 &&
-                                  kBlock % w.format->block_cols == 0),
-           "matmul: the tile kernels take dense weights, or blocked formats of one weight per element with dequantize_cols "
-           "through panel tiles, not ", w.format->name);
+  const WeightFormat& f = *w.format;
+  M3_CHECK(f.dense() || (f.dequantize_cols != nullptr && plan.blocked && kBlock % f.weights_per_element == 0 &&
+                         (kBlock % f.block_cols == 0 || f.block_cols % kBlock == 0)),
+           "matmul: the tile kernels take dense weights, or blocked formats with dequantize_cols through panel tiles "
+           "(32-column chunks), not ", f.name);
   const int64_t N = w.rows, K = w.cols;
   if (M <= 0 || N <= 0) return;
   const int64_t K32 = round_up(K, kBlock);
@@ -400,8 +402,10 @@ void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_
                     const LinearWeight& w, float* y) {
   matmul_detail::MatmulPlan plan = matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
   plan.blocked = true;
-  if (w.format == &mxfp8_format())
-    plan.fill = matmul_detail::mxfp8_panel_fill(matmul_detail::tile_tables().path_of(path));
+  const CpuPath tiles = matmul_detail::tile_tables().path_of(path);
+  if (w.format == &mxfp8_format()) plan.fill = matmul_detail::mxfp8_panel_fill(tiles);
+  else if (const std::optional<AffineParams> a = affine_params(*w.format))
+    plan.fill = matmul_detail::affine_panel_fill(tiles, a->bits);
   matmul_detail::matmul_run(path, plan, pool, x, rows, M, w, y);
 }
 
@@ -422,7 +426,11 @@ struct KernelRegistry {
     int n = 0;
     for (const WeightFormat* f : {&bf16_format(), &f16_format(), &f32_format()})
       for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {f, p, &dense_matmul};
-    for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {&mxfp8_format(), p, &blocked_matmul};
+    std::vector<const WeightFormat*> blocked = {&mxfp8_format()};
+    for (int bits : {4, 8})
+      for (int group : {32, 64, 128}) blocked.push_back(affine_format(bits, group));
+    for (const WeightFormat* f : blocked)
+      for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {f, p, &blocked_matmul};
     // aarch64 runs the generic tile kernels until the matmul has a NEON/SVE table (issue 10).
     count.store(n, std::memory_order_release);
   }

@@ -100,6 +100,9 @@ using PanelFill = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, i
 // MXFP8's panel fill on `path` (matmul_mxfp8.cpp); nullptr where it has none (the format's scalar
 // dequantize_cols is used).
 PanelFill mxfp8_panel_fill(CpuPath path);
+// The affine formats' panel fill for `bits` (4 or 8) on `path` (matmul_affine.cpp); nullptr where
+// it has none.
+PanelFill affine_panel_fill(CpuPath path, int bits);
 
 // How matmul cuts the work; tests force small blocks to check that blocking changes nothing.
 struct MatmulPlan {

@@ -12,7 +12,7 @@
 namespace m3 {
 
 TextModel::TextModel(const ModelConfig& cfg, const TensorStore& store, ThreadPool& pool)
-    : cfg_(cfg.text), w_(bind_text_weights(store, cfg.text)), pool_(pool) {}
+    : cfg_(cfg.text), w_(bind_text_weights(store, cfg.text, cfg.quantization ? &*cfg.quantization : nullptr)), pool_(pool) {}
 
 KvCacheShape TextModel::cache_shape() const {
   KvCacheShape s;

@@ -10,8 +10,9 @@ namespace {
 
 struct Binder {
   const TensorStore& store;
+  const QuantizationConfig* quantization;
 
-  LinearWeight matrix(const TensorSpec& s) const { return bind_linear(store, s); }
+  LinearWeight matrix(const TensorSpec& s) const { return bind_linear(store, s, quantization); }
   std::vector<float> values(const TensorSpec& s) const { return read_f32_vector(store, s); }
 
   // Gemma norms store w centred at 0 and scale by (1 + w) (spec §3.2).
@@ -24,9 +25,10 @@ struct Binder {
 
 }  // namespace
 
-TextWeights bind_text_weights(const TensorStore& store, const TextConfig& cfg) {
+TextWeights bind_text_weights(const TensorStore& store, const TextConfig& cfg,
+                              const QuantizationConfig* quantization) {
   using R = TensorRole;
-  Binder b{store};
+  Binder b{store, quantization};
   TextWeights w;
   w.layers.resize(size_t(cfg.num_hidden_layers));
   for (int l = 0; l < cfg.num_hidden_layers; ++l) {

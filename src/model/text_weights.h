@@ -47,6 +47,7 @@ struct TextWeights {
 // Binds every tensor of the schema (io/tensor_schema.h); matrices in any registered weight format.
 // Throws m3::Error naming the tensor when one is missing, has another shape than the config
 // implies, or is stored in no known format.
-TextWeights bind_text_weights(const TensorStore& store, const TextConfig& cfg);
+TextWeights bind_text_weights(const TensorStore& store, const TextConfig& cfg,
+                              const QuantizationConfig* quantization = nullptr);
 
 }  // namespace m3

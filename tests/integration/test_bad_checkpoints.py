@@ -11,6 +11,9 @@ M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
 GOOD = os.path.join(SCRATCH, "good")
+# The same checkpoint in mlx-lm's affine layout (tests/reference/quantize_affine.py).
+GOOD_AFFINE = os.path.join(SCRATCH, "good-affine")
+QUANTIZER = os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "reference", "quantize_affine.py")
 
 
 def run(args):
@@ -31,10 +34,10 @@ def write_st(path, header, data, header_len_override=None):
         f.write(struct.pack("<Q", n) + h + data)
 
 
-def variant(name):
+def variant(name, base=GOOD):
     d = os.path.join(SCRATCH, name)
     shutil.rmtree(d, ignore_errors=True)
-    shutil.copytree(GOOD, d)
+    shutil.copytree(base, d)
     return d, os.path.join(d, "model.safetensors")
 
 
@@ -106,7 +109,36 @@ def case_missing_weights_file(d, st):
     os.remove(st)
 
 
-# case -> words the one-line error must contain (case-insensitive)
+def edit_quantization(d, edit):
+    path = os.path.join(d, "config.json")
+    cfg = json.load(open(path))
+    for key in ("quantization", "quantization_config"):
+        edit(cfg[key])
+    json.dump(cfg, open(path, "w"))
+
+
+def case_affine_bits_vs_config(d, st):
+    # The config says 8-bit for a module stored 4-bit.
+    edit_quantization(d, lambda q: q.update({"language_model.model.layers.1.self_attn.q_proj": {"bits": 8, "group_size": 64}}))
+
+
+def case_affine_unsupported_mode(d, st):
+    edit_quantization(d, lambda q: q.update({"mode": "mxfp4"}))
+
+
+def case_affine_unsupported_bits(d, st):
+    edit_quantization(d, lambda q: q.update({"bits": 3}))
+
+
+def case_affine_scales_shape(d, st):
+    header, data = read_st(st)
+    k = first_tensor_named(header, "layers.1.self_attn.q_proj.scales")
+    rows, groups = header[k]["shape"]
+    header[k]["shape"] = [rows // 2, groups * 2]  # same bytes, another group size
+    write_st(st, header, data)
+
+
+# case -> words the one-line error must contain (case-insensitive)[, the checkpoint it modifies]
 CASES = [
     (case_truncated, ["model.safetensors"]),
     (case_header_past_end, ["model.safetensors", "header"]),
@@ -118,6 +150,10 @@ CASES = [
     (case_bad_config, ["config.json", "num_key_value_heads"]),
     (case_bad_json_config, ["config.json"]),
     (case_missing_weights_file, ["safetensors"]),
+    (case_affine_bits_vs_config, ["q_proj.weight", "4-bit", "8-bit"], GOOD_AFFINE),
+    (case_affine_unsupported_mode, ["config.json", "quantization.mode", "mxfp4"], GOOD_AFFINE),
+    (case_affine_unsupported_bits, ["config.json", "quantization.bits", "3-bit"], GOOD_AFFINE),
+    (case_affine_scales_shape, ["q_proj.scales", "shape"], GOOD_AFFINE),
 ]
 
 
@@ -126,9 +162,13 @@ def main():
     assert r.returncode == 0, r.stderr
     r = run(["logits", "-m", GOOD, "--tokens", "1,2,3", "--out", os.path.join(SCRATCH, "ok.npy")])
     assert r.returncode == 0, "the unmodified checkpoint must load: " + r.stderr
+    q = subprocess.run([sys.executable, QUANTIZER, GOOD, GOOD_AFFINE], capture_output=True, text=True, timeout=300)
+    assert q.returncode == 0, q.stderr
+    r = run(["logits", "-m", GOOD_AFFINE, "--tokens", "1,2,3", "--out", os.path.join(SCRATCH, "ok.npy")])
+    assert r.returncode == 0, "the unmodified affine checkpoint must load: " + r.stderr
     passed = failed = 0
-    for case, words in CASES:
-        d, st = variant(case.__name__)
+    for case, words, *base in CASES:
+        d, st = variant(case.__name__, *base)
         case(d, st)
         out = os.path.join(d, "out.npy")
         r = run(["logits", "-m", d, "--tokens", "1,2,3", "--out", out])

@@ -144,12 +144,18 @@ def choose_tokens(ref, T, V, base_seed):
 
 
 def test_model(res, table, m3, scratch, name, make_args, base_seed, cache_type="f32",
-               mode_names=("prefill", "chunk100", "decode")):
+               mode_names=("prefill", "chunk100", "decode"), convert=None):
     ckpt = os.path.join(scratch, name)
     print(f"== {name} (cache {cache_type})", flush=True)
     ok, out, _ = run([m3, "make-checkpoint", *make_args, "--out", ckpt], f"{name}: make-checkpoint")
     if not res.check(ok, out if not ok else f"{name}: make-checkpoint"):
         return
+    if convert is not None:  # a converter outside the engine rewrites the checkpoint
+        dst = ckpt + "-converted"
+        ok, out, _ = run([sys.executable, *convert, ckpt, dst], f"{name}: convert")
+        if not res.check(ok, out if not ok else f"{name}: convert"):
+            return
+        ckpt = dst
     try:
         ref = R.M3Reference(ckpt, cache_dtype=cache_type)
     except Exception as e:  # noqa: BLE001
@@ -246,10 +252,19 @@ def main():
     # reference on its own (e4m3_to_float64), so the engine's MXFP8 path is checked against float64.
     test_model(res, table, m3, scratch, "tiny16-mxfp8", ["--preset", "tiny", "--seed", "7", "--weights", "mxfp8"],
                base_seed=1000, mode_names=("prefill", "decode"))
+    # mlx-lm's affine layout, written by the NumPy quantizer in tests/reference (not the engine's
+    # code): 4-bit groups of 64, the embedding 8-bit in groups of 32 and one router gate 8-bit in
+    # groups of 64 as per-module overrides. The reference dequantizes the packed words itself.
+    quantizer = os.path.join(SOURCE_DIR, "tests", "reference", "quantize_affine.py")
+    test_model(res, table, m3, scratch, "tiny16-affine", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
+               mode_names=("prefill", "decode"),
+               convert=[quantizer, "--bits", "4", "--group-size", "64",
+                        "--override", "language_model.model.embed_tokens=8:32",
+                        "--override", "language_model.model.layers.2.block_sparse_moe.gate=8:64"])
     print()
-    print(f"{'model':<11} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
+    print(f"{'model':<13} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
     for name, mode, mx, rel, row_rel, frac, dt in table:
-        print(f"{name:<11} {mode:<18} {mx:12.3e} {rel:10.3e} {row_rel:10.3e} {frac:8.2%} {dt:7.1f}")
+        print(f"{name:<13} {mode:<18} {mx:12.3e} {rel:10.3e} {row_rel:10.3e} {frac:8.2%} {dt:7.1f}")
     print(f"(tolerances: vs reference {REF_TOL:g} relative; between modes {MODE_TOL:g}; total {time.time() - t0:.0f} s)")
     if res.failures:
         print("failures:")

@@ -43,6 +43,7 @@ _ST_DTYPES = {
     "F64": (np.float64, 8),
     "F8_E4M3": (np.uint8, 1),  # converted by e4m3_to_float64 (and the MXFP8 block scale)
     "U8": (np.uint8, 1),       # MXFP8 scales (UE8M0)
+    "U32": (np.uint32, 4),     # mlx-lm's affine layout: packed 4- or 8-bit values
 }
 
 
@@ -160,6 +161,31 @@ class Checkpoint:
     def dtype_of(self, name):
         return self._entries[name][2]
 
+    def _affine(self, name, words, path):
+        """mlx-lm's affine layout: "<module>.weight" U32 [rows, cols * bits / 32] (element 0 in the
+        lowest bits), "<module>.scales" and "<module>.biases" BF16 [rows, cols / group];
+        W = scale * q + bias. bits and group come from config.json's "quantization" block (the
+        module's entry, else the defaults), as mlx-lm reads them."""
+        module = name[: -len(".weight")]
+        q = self.config.get("quantization") or self.config.get("quantization_config")
+        if not isinstance(q, dict) or not self.has(module + ".scales") or not self.has(module + ".biases"):
+            raise CheckpointError(f"{path}: tensor {name}: U32 without a quantization config or scales/biases")
+        spec = q.get(module, {})
+        if spec is False:
+            raise CheckpointError(f"{path}: tensor {name}: packed, but the config leaves {module} unquantized")
+        bits, group = int(spec.get("bits", q["bits"])), int(spec.get("group_size", q["group_size"]))
+        rows, cols = words.shape[0], words.shape[1] * 32 // bits
+        scales = self.get(module + ".scales", np.float64)
+        biases = self.get(module + ".biases", np.float64)
+        if scales.shape != (rows, cols // group) or biases.shape != scales.shape:
+            raise CheckpointError(f"{path}: tensor {name}: scales {list(scales.shape)}, expected "
+                                  f"[{rows}, {cols // group}] for {bits}-bit groups of {group}")
+        per = 32 // bits
+        w = words.astype(np.uint64)
+        vals = np.stack([(w >> np.uint64(bits * i)) & np.uint64(2 ** bits - 1) for i in range(per)], axis=2)
+        vals = vals.reshape(rows, cols).astype(np.float64)
+        return np.repeat(scales, group, axis=1) * vals + np.repeat(biases, group, axis=1)
+
     def get(self, name, dtype=np.float64, shape=None):
         if name not in self._entries:
             raise CheckpointError(f"{self.dir}: missing tensor {name}")
@@ -180,6 +206,8 @@ class Checkpoint:
                     raise CheckpointError(f"{path}: {scale_name}: shape {list(sshp)}, expected [{shp[0]}, {shp[1] // 32}]")
                 factor = np.where(s == 255, np.nan, 2.0 ** (s - 127.0))
                 arr = arr * np.repeat(factor, 32, axis=1)
+        elif dt == "U32":
+            arr = self._affine(name, raw, path)
         else:
             arr = bf16_to_float32(raw) if dt == "BF16" else raw
         out = arr.astype(dtype)  # bf16/f16/f32/e4m3 x 2^k -> f64 is exact

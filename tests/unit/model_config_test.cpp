@@ -131,6 +131,47 @@ TEST(ModelConfig, RoundTrip) {
   EXPECT_FALSE(j["text_config"].contains("swiglu_beta"));
 }
 
+// mlx-lm's "quantization" block: defaults, per-module overrides (an object, or false for a module
+// left unquantized), the "quantization_config" copy alone, a round trip, and errors naming the key.
+TEST(ModelConfig, MlxQuantizationBlockParsesWithOverrides) {
+  const json block = {{"group_size", 64}, {"bits", 4}, {"mode", "affine"},
+                      {"language_model.model.layers.1.block_sparse_moe.gate", {{"group_size", 64}, {"bits", 8}}},
+                      {"language_model.lm_head", false}};
+  ModelConfig c = parse(mutated([&](json& j) { j["quantization"] = block; }));
+  ASSERT_TRUE(c.quantization.has_value());
+  const QuantizationConfig& q = *c.quantization;
+  EXPECT_EQ(q.bits, 4);
+  EXPECT_EQ(q.group_size, 64);
+  EXPECT_EQ(q.expected("language_model.model.layers.1.block_sparse_moe.gate").bits, 8);
+  EXPECT_FALSE(q.expected("language_model.lm_head").quantized);
+  const QuantizationConfig::Module other = q.expected("language_model.model.layers.0.self_attn.q_proj");
+  EXPECT_TRUE(other.quantized);
+  EXPECT_EQ(other.bits, 4);
+  EXPECT_EQ(other.group_size, 64);
+  EXPECT_EQ(parse(json::parse(c.to_json_text())), c);  // round trip
+  // mlx-lm's copy under "quantization_config" alone is read the same; the MXFP8 release's is not a block.
+  EXPECT_EQ(parse(mutated([&](json& j) { j["quantization_config"] = block; })).quantization, c.quantization);
+  EXPECT_FALSE(parse(mutated([&](json& j) {
+                 j["quantization_config"] = {{"quant_method", "mxfp8"}, {"weight_block_size", {1, 32}}};
+               })).quantization.has_value());
+  expect_error(mutated([&](json& j) { j["quantization"] = block; j["quantization"]["mode"] = "mxfp4"; }),
+               {"quantization.mode", "mxfp4"});
+  expect_error(mutated([&](json& j) { j["quantization"] = block; j["quantization"]["bits"] = 3; }),
+               {"quantization.bits", "3-bit"});
+  expect_error(mutated([&](json& j) { j["quantization"] = block; j["quantization"]["group_size"] = 48; }),
+               {"quantization.group_size", "48"});
+  expect_error(mutated([&](json& j) {
+                 j["quantization"] = block;
+                 j["quantization"]["language_model.lm_head"] = true;
+               }),
+               {"quantization.language_model.lm_head", "true"});
+  expect_error(mutated([&](json& j) {
+                 j["quantization"] = block;
+                 j["quantization"]["language_model.lm_head"] = {{"bits", 2}};
+               }),
+               {"quantization.language_model.lm_head.bits", "2-bit"});
+}
+
 TEST(ModelConfig, RoundTripOfASmallTextOnlyConfigBuiltInCode) {
   ModelConfig a;
   a.source = "small.json";

@@ -20,6 +20,8 @@
 #include "usage.h"
 #include "io/model_config.h"
 #include "io/safetensors.h"
+#include "io/tensor_schema.h"
+#include "io/weight_binding.h"
 
 namespace m3::cli {
 namespace {
@@ -98,7 +100,13 @@ uint64_t msa_pairs(uint64_t n, uint64_t block, uint64_t topk) {
   return sum;
 }
 
-void print_checkpoint(const std::string& dir, const ModelCounts& counts) {
+// Weights per format: how many linears, how many weights, and the bytes stored for them (side
+// tensors included), as the loader binds them.
+struct FormatTally {
+  uint64_t linears = 0, weights = 0, bytes = 0;
+};
+
+void print_checkpoint(const std::string& dir, const ModelConfig& cfg, const ModelCounts& counts) {
   const bool single = fs::exists(fs::path(dir) / "model.safetensors");
   const bool sharded = fs::exists(fs::path(dir) / "model.safetensors.index.json");
   if (!single && !sharded) {
@@ -107,16 +115,36 @@ void print_checkpoint(const std::string& dir, const ModelCounts& counts) {
   }
   TensorStore store = TensorStore::open_dir(dir);
   const uint64_t bytes = store.total_bytes();
-  // Quantized formats store side tensors next to their weights (MXFP8: "<module>.weight_scale_inv").
-  uint64_t side = 0, mxfp8 = 0;
-  std::map<std::string, uint64_t> by_dtype;
-  for (const std::string& name : store.names()) {
-    const TensorView& t = store.get(name);
-    const bool is_side = name.size() > 16 && name.compare(name.size() - 16, 16, "weight_scale_inv") == 0;
-    side += is_side;
-    mxfp8 += t.dtype == DType::F8_E4M3;
-    if (!is_side) ++by_dtype[std::string(dtype_name(t.dtype))];
+  std::vector<TensorSpec> schema = text_tensor_schema(cfg.text);
+  if (cfg.vision) {
+    const std::vector<TensorSpec> v = vision_tensor_schema(cfg);
+    schema.insert(schema.end(), v.begin(), v.end());
   }
+  // Quantized formats store side tensors next to their weights (MXFP8 "weight_scale_inv", the
+  // affine layout's "scales" and "biases"): bind every linear to see which.
+  std::map<std::string, FormatTally> by_format;
+  uint64_t side = 0;
+  const QuantizationConfig* q = cfg.quantization ? &*cfg.quantization : nullptr;
+  for (const TensorSpec& spec : schema) {
+    if (spec.storage == TensorStorage::Vector || store.find(spec.name) == nullptr) continue;
+    LinearWeight w;
+    try {
+      w = bind_linear(store, spec, q);
+    } catch (const Error& e) {
+      std::printf("\ncheckpoint      %s\n  does not load: %s\n", dir.c_str(), e.what());
+      return;
+    }
+    FormatTally& t = by_format[w.format->name];
+    ++t.linears;
+    t.weights += uint64_t(w.rows * w.cols);
+    t.bytes += uint64_t(w.rows * w.row_bytes());
+    for (const SideTensorSpec& s : w.format->side) {
+      ++side;
+      t.bytes += uint64_t(w.rows * (w.cols / w.format->block_cols) * s.per_block) * dtype_size(s.dtype);
+    }
+  }
+  std::map<std::string, uint64_t> by_dtype;
+  for (const std::string& name : store.names()) ++by_dtype[std::string(dtype_name(store.get(name).dtype))];
   const uint64_t tensors = store.size() - side;
   std::string stored;
   for (const auto& [dt, n] : by_dtype) stored += (stored.empty() ? "" : ", ") + dt + " x " + commas(n);
@@ -124,13 +152,17 @@ void print_checkpoint(const std::string& dir, const ModelCounts& counts) {
               sharded ? "sharded, model.safetensors.index.json" : "model.safetensors");
   std::printf("  tensors       %s (the config implies %s)%s: %s%s\n", commas(tensors).c_str(),
               commas(counts.tensor_count).c_str(), tensors == counts.tensor_count ? "" : "  MISMATCH", stored.c_str(),
-              side ? str_cat(", plus ", commas(side), " scale tensors").c_str() : "");
-  if (mxfp8 > 0)
-    std::printf("  tensor bytes  %s: %s linears in MXFP8 (1 + 1/32 bytes per weight; the config's bf16 layout "
-                "would be %s)\n", bytes_text(bytes).c_str(), commas(mxfp8).c_str(), gib(double(counts.weight_bytes)).c_str());
+              side ? str_cat(", of which ", commas(side), " side tensors of quantized weights").c_str() : "");
+  const bool quantized = side > 0;
+  if (quantized)
+    std::printf("  tensor bytes  %s (the config's bf16 layout would be %s)\n", bytes_text(bytes).c_str(),
+                bytes_text(counts.weight_bytes).c_str());
   else
     std::printf("  tensor bytes  %s (the config implies %s)%s\n", bytes_text(bytes).c_str(),
                 commas(counts.weight_bytes).c_str(), bytes == counts.weight_bytes ? "" : "  MISMATCH");
+  for (const auto& [name, t] : by_format)
+    std::printf("  %-13s %s linears, %s weights, %s (%.3f bytes per weight)\n", name.c_str(), commas(t.linears).c_str(),
+                commas(t.weights).c_str(), bytes_text(t.bytes).c_str(), t.weights ? double(t.bytes) / double(t.weights) : 0.0);
 }
 
 struct InspectArgs {
@@ -304,7 +336,7 @@ void run_inspect(const InspectArgs& a) {
                 percent(double(msa_read), double(all_dense_read)).c_str());
   }
 
-  if (is_dir) print_checkpoint(path, n);
+  if (is_dir) print_checkpoint(path, cfg, n);
 }
 
 }  // namespace

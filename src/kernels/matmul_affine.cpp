@@ -1,0 +1,123 @@
+// The affine formats' panel fill on AVX2 and AVX-512 (mlx-lm's layout, format/weight_format.h):
+// 4- or 8-bit unsigned values unpacked in registers, converted to fp32 and mapped through their
+// group's scale and bias. scale x q is exact in fp32 (a bf16 scale has 8 significant bits, q at
+// most 8), so the fused multiply-add here rounds exactly where the format's scalar
+// dequantize_cols (multiply, then add) does: the same bits (checked in affine_format_test).
+// A 32-column block lies within one group (groups are 32, 64 or 128 columns).
+#include "kernels/matmul_tile.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <immintrin.h>
+
+#include <cstdlib>
+
+#define M3_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define M3_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+namespace m3::matmul_detail {
+namespace {
+
+constexpr int kPrefetchAhead = 512;  // bytes ahead in each row
+constexpr int kMaxPanelRows = 16;    // more than any path's panel_nr
+
+struct RowPointers {
+  const uint8_t* q[kMaxPanelRows];
+  const uint16_t* scales[kMaxPanelRows];
+  const uint16_t* biases[kMaxPanelRows];
+  RowPointers(const LinearWeight& w, int64_t n, int64_t row_step, int rows) {
+    if (rows > kMaxPanelRows) std::abort();  // a planning bug
+    for (int j = 0; j < rows; ++j) {
+      q[j] = w.row_ptr(n + j * row_step);
+      scales[j] = reinterpret_cast<const uint16_t*>(w.side_row(0, n + j * row_step));
+      biases[j] = reinterpret_cast<const uint16_t*>(w.side_row(1, n + j * row_step));
+    }
+  }
+};
+
+// The 32 values of a block as bytes 0..31 (element order), from 16 (4-bit) or 32 (8-bit) bytes.
+template <int Bits>
+M3_AVX2 inline void unpack(const uint8_t* p, __m128i& lo16, __m128i& hi16) {
+  if constexpr (Bits == 8) {
+    lo16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    hi16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  } else {
+    // Byte i holds element 2i in its low nibble and 2i + 1 in its high one.
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    const __m128i mask = _mm_set1_epi8(0x0f);
+    const __m128i even = _mm_and_si128(v, mask), odd = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
+    lo16 = _mm_unpacklo_epi8(even, odd);
+    hi16 = _mm_unpackhi_epi8(even, odd);
+  }
+}
+
+// The low 8 bytes of `bytes` as values, mapped to scale x q + bias.
+M3_AVX2 inline void put8(__m128i bytes, __m256 s, __m256 b, float* dst) {
+  _mm256_store_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), s, b));
+}
+
+template <int Bits>
+M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                       float* panel) {
+  constexpr int kBlockBytes = kBlock * Bits / 8;
+  const RowPointers p(w, n, row_step, rows);
+  const int64_t group = w.format->block_cols;
+  float* out = panel;
+  for (int64_t kb = kb0; kb < kb1; ++kb)
+    for (int j = 0; j < rows; ++j, out += kBlock) {
+      const uint8_t* q = p.q[j] + kb * kBlockBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+      const int64_t g = kb * kBlock / group;
+      const __m256 s = _mm256_set1_ps(bf16_to_f32(p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(p.biases[j][g]));
+      __m128i lo, hi;
+      unpack<Bits>(q, lo, hi);
+      put8(lo, s, b, out);
+      put8(_mm_srli_si128(lo, 8), s, b, out + 8);
+      put8(hi, s, b, out + 16);
+      put8(_mm_srli_si128(hi, 8), s, b, out + 24);
+    }
+}
+
+template <int Bits>
+M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                           float* panel) {
+  constexpr int kBlockBytes = kBlock * Bits / 8;
+  const RowPointers p(w, n, row_step, rows);
+  const int64_t group = w.format->block_cols;
+  float* out = panel;
+  for (int64_t kb = kb0; kb < kb1; ++kb)
+    for (int j = 0; j < rows; ++j, out += kBlock) {
+      const uint8_t* q = p.q[j] + kb * kBlockBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+      const int64_t g = kb * kBlock / group;
+      const __m512 s = _mm512_set1_ps(bf16_to_f32(p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(p.biases[j][g]));
+      __m128i lo, hi;
+      unpack<Bits>(q, lo, hi);
+      _mm512_store_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, b));
+      _mm512_store_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, b));
+    }
+}
+
+}  // namespace
+
+PanelFill affine_panel_fill(CpuPath path, int bits) {
+  if (bits != 4 && bits != 8) return nullptr;
+  switch (path) {
+    case CpuPath::Avx2: return bits == 4 ? &fill_avx2<4> : &fill_avx2<8>;
+    case CpuPath::Avx512: return bits == 4 ? &fill_avx512<4> : &fill_avx512<8>;
+    default: return nullptr;
+  }
+}
+
+}  // namespace m3::matmul_detail
+
+#else
+
+namespace m3::matmul_detail {
+PanelFill affine_panel_fill(CpuPath, int) { return nullptr; }
+}  // namespace m3::matmul_detail
+
+#endif

@@ -1,0 +1,148 @@
+// The affine layout mlx-lm writes (format/weight_format.h, docs/FORMATS.md): U32 words packing
+// 4- or 8-bit values (element 0 in the lowest bits) with a bf16 scale and bias per group of 32, 64
+// or 128 columns, W = scale x q + bias. Its dequantization follows that packing; the SIMD panel
+// fills give the scalar dequantization's bits; and its matmul on every CPU path equals, bit for bit,
+// the f32 matmul of the dequantized weights, for every batch size.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "base/cpu_features.h"
+#include "base/thread_pool.h"
+#include "format/linear_weight.h"
+#include "format/weight_format.h"
+#include "kernels/matmul.h"
+#include "kernels/matmul_tile.h"
+
+using namespace m3;
+
+namespace {
+
+constexpr CpuPath kPaths[] = {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve};
+
+// A random affine weight: values q in [0, 2^bits), scales and biases bf16 of a trained model's size.
+struct RandomAffine {
+  std::vector<uint32_t> words;
+  std::vector<uint16_t> scales, biases;
+  LinearWeight w;
+  RandomAffine(int bits, int group, int64_t rows, int64_t cols, uint64_t seed)
+      : words(size_t(rows * cols * bits / 32)), scales(size_t(rows * cols / group)), biases(scales.size()) {
+    std::mt19937_64 rng(seed);
+    for (auto& v : words) v = uint32_t(rng());
+    std::normal_distribution<float> nd;
+    for (size_t i = 0; i < scales.size(); ++i) {
+      scales[i] = f32_to_bf16(0.01f * (1.0f + std::fabs(nd(rng))));
+      biases[i] = f32_to_bf16(0.05f * nd(rng));
+    }
+    w.format = affine_format(bits, group);
+    w.data = reinterpret_cast<const uint8_t*>(words.data());
+    w.side[0] = reinterpret_cast<const uint8_t*>(scales.data());
+    w.side[1] = reinterpret_cast<const uint8_t*>(biases.data());
+    w.rows = rows;
+    w.cols = cols;
+  }
+};
+
+std::vector<float> dequantized(const LinearWeight& w) {
+  std::vector<float> d(size_t(w.rows * w.cols));
+  for (int64_t r = 0; r < w.rows; ++r) w.row_to_f32(r, d.data() + r * w.cols);
+  return d;
+}
+
+}  // namespace
+
+TEST(AffineFormat, ValuesArePackedFromTheLowestBitsAndMappedThroughTheirGroup) {
+  ASSERT_NE(affine_format(4, 64), nullptr);
+  EXPECT_EQ(affine_format(4, 64)->name, "affine4-g64");
+  EXPECT_EQ(affine_format(3, 64), nullptr);
+  EXPECT_EQ(affine_format(4, 48), nullptr);
+  RandomAffine a(4, 32, 1, 64, 1);
+  a.words[0] = 0x76543210u;  // elements 0..7 = 0, 1, ..., 7
+  a.words[1] = 0xfedcba98u;  // elements 8..15 = 8 .. 15
+  a.scales[0] = f32_to_bf16(0.5f);
+  a.biases[0] = f32_to_bf16(-1.0f);
+  a.scales[1] = f32_to_bf16(2.0f);
+  a.biases[1] = f32_to_bf16(0.25f);
+  a.words[4] = 0x0000000fu;  // element 32 = 15 (group 1)
+  std::vector<float> row(64);
+  a.w.row_to_f32(0, row.data());
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(row[size_t(c)], 0.5f * float(c) - 1.0f) << c;
+  EXPECT_EQ(row[32], 2.0f * 15 + 0.25f);
+
+  RandomAffine b(8, 32, 1, 32, 2);
+  b.words[0] = 0x04ff0201u;  // elements 0..3 = 1, 2, 255, 4
+  b.scales[0] = f32_to_bf16(1.0f);
+  b.biases[0] = f32_to_bf16(0.0f);
+  b.w.row_to_f32(0, row.data());
+  EXPECT_EQ(row[0], 1.0f);
+  EXPECT_EQ(row[1], 2.0f);
+  EXPECT_EQ(row[2], 255.0f);
+  EXPECT_EQ(row[3], 4.0f);
+  // A column range inside a group gives the same values as the whole row.
+  std::vector<float> part(8);
+  b.w.format->dequantize_cols(b.w, 0, 8, 16, part.data());
+  std::vector<float> whole(32);
+  b.w.row_to_f32(0, whole.data());
+  EXPECT_EQ(0, std::memcmp(part.data(), whole.data() + 8, 8 * sizeof(float)));
+}
+
+TEST(AffineFormat, SimdPanelFillsEqualTheScalarDequantization) {
+  for (int bits : {4, 8})
+    for (int group : {32, 64, 128}) {
+      const int64_t rows = 5, cols = 256;
+      RandomAffine a(bits, group, rows, cols, uint64_t(bits * 1000 + group));
+      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
+        if (!cpu_path_supported(path)) continue;
+        const matmul_detail::PanelFill fill = matmul_detail::affine_panel_fill(path, bits);
+        ASSERT_NE(fill, nullptr);
+        std::vector<float> buf(size_t(rows * cols) + 16), want(static_cast<size_t>(cols));
+        float* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+        fill(a.w, 0, 1, int(rows), 0, cols / 32, panel);
+        for (int64_t r = 0; r < rows; ++r) {
+          a.w.row_to_f32(r, want.data());
+          for (int64_t c = 0; c < cols; ++c)
+            ASSERT_EQ(panel[((c / 32) * rows + r) * 32 + c % 32], want[size_t(c)])
+                << cpu_path_name(path) << " bits " << bits << " group " << group << " r " << r << " c " << c;
+        }
+      }
+    }
+}
+
+TEST(AffineFormat, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
+  ThreadPool pool(2);
+  for (int bits : {4, 8})
+    for (int group : {32, 128}) {
+      const int64_t N = 70, K = 384;
+      RandomAffine a(bits, group, N, K, uint64_t(7 + bits + group));
+      const std::vector<float> d = dequantized(a.w);
+      const LinearWeight f = dense_weight(DType::F32, d.data(), N, K);
+      for (CpuPath path : kPaths) {
+        if (!cpu_path_supported(path)) continue;
+        const MatmulKernel ak = find_matmul_kernel(*a.w.format, path), fk = find_matmul_kernel(f32_format(), path);
+        ASSERT_NE(ak, nullptr) << cpu_path_name(path);
+        std::vector<float> first_out;
+        for (int64_t M : {1, 2, 5, 33, 70}) {
+          std::mt19937 rng{unsigned(M)};
+          std::normal_distribution<float> nd;
+          std::vector<float> x(size_t(M * K)), y(size_t(M * N)), want(y.size());
+          for (int64_t i = 0; i < M * K; ++i) x[size_t(i)] = i < K ? std::sin(float(i)) : nd(rng);  // row 0 fixed
+          ak(path, pool, x.data(), nullptr, M, a.w, y.data());
+          fk(path, pool, x.data(), nullptr, M, f, want.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)))
+              << cpu_path_name(path) << " bits " << bits << " M=" << M;
+          for (int64_t n = 0; n < N; ++n) {  // row 0 against float64
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+              ref += double(x[size_t(k)]) * d[size_t(n * K + k)];
+              mag += std::fabs(double(x[size_t(k)]) * d[size_t(n * K + k)]);
+            }
+            ASSERT_NEAR(y[size_t(n)], ref, 1e-5 * mag + 1e-30) << cpu_path_name(path);
+          }
+          if (first_out.empty()) first_out.assign(y.begin(), y.begin() + N);
+          else ASSERT_EQ(0, std::memcmp(first_out.data(), y.data(), size_t(N) * sizeof(float))) << "row 0 changed with M";
+        }
+      }
+    }
+}
