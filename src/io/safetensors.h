@@ -3,6 +3,7 @@
 // Format: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets},
 // "__metadata__": {str: str}}, then the data section; offsets are relative to the data section.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,5 +92,18 @@ void write_safetensors(const std::string& path, const std::vector<TensorData>& t
 // DIR/model-0000i-of-0000n.safetensors shards plus DIR/model.safetensors.index.json.
 void write_checkpoint_tensors(const std::string& dir, const std::vector<TensorData>& tensors,
                               uint64_t max_shard_bytes);
+
+// A tensor whose bytes are made when its turn comes (`m3 quantize` of a checkpoint larger than
+// memory holds one tensor at a time): `produce` fills `out` with numel * dtype_size bytes.
+struct TensorSource {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  std::function<void(std::vector<uint8_t>& out)> produce;
+};
+
+// Same layout as write_checkpoint_tensors, producing each tensor in order while writing it.
+void write_checkpoint_streamed(const std::string& dir, const std::vector<TensorSource>& tensors,
+                               uint64_t max_shard_bytes);
 
 }  // namespace m3

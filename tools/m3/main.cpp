@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
   register_video_tokens(app);
   register_serve(app);
   register_chat(app);
+  register_quantize(app);
   add_type_checks(app);
 
   const std::vector<std::string> names = subcommand_names(app);
