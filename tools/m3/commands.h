@@ -18,5 +18,6 @@ void register_video_tokens(CLI::App& app);
 void register_serve(CLI::App& app);
 void register_chat(CLI::App& app);
 void register_quantize(CLI::App& app);
+void register_perplexity(CLI::App& app);
 
 }  // namespace m3::cli

@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
   register_serve(app);
   register_chat(app);
   register_quantize(app);
+  register_perplexity(app);
   add_type_checks(app);
 
   const std::vector<std::string> names = subcommand_names(app);
