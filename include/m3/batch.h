@@ -21,7 +21,7 @@ class Prompt;
 
 struct BatchOptions {
   int chunk = 512;                      // rows per forward pass (decode rows + prefill chunks)
-  DType cache_type = DType::F32;        // K, V and index-K element type: F32 or BF16
+  DType cache_type = DType::BF16;       // K, V and index-K element type: BF16, F32 or F8_E4M3 (fp8)
   uint64_t prefix_cache_bytes = 0;      // memory for finished sequences' caches kept for reuse (0: none)
   size_t prefix_cache_entries = 0;      // at most this many kept (0: no limit)
 };

@@ -36,7 +36,7 @@ inline uint16_t f32_to_bf16(float f) {
 
 inline float round_to_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 
-// The KV cache element types and their --cache-type spellings: "f32", "bf16".
+// The KV cache element types and their --cache-type spellings: "f32", "bf16", "fp8" (F8_E4M3).
 std::optional<DType> parse_cache_type(std::string_view name);
 const char* cache_type_name(DType t);
 

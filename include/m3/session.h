@@ -20,7 +20,7 @@
 namespace m3 {
 
 struct SessionOptions {
-  DType cache_type = DType::F32;  // K, V and index-K element type (--cache-type)
+  DType cache_type = DType::BF16;  // K, V and index-K element type (--cache-type): BF16, F32 or F8_E4M3
   int prefill_chunk = 512;        // tokens per prefill forward pass
   bool reuse_prefix = true;       // false: every call starts from an empty cache (for comparisons)
   // Most tokens the sequence may hold, prompt and generated (-c/--ctx-size), which bounds the

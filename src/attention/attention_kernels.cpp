@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "attention/attention_kernels_impl.h"
 #include "base/cpu_dispatch.h"
@@ -16,6 +17,16 @@ namespace {
 
 inline float widen(float x) { return x; }
 inline float widen(uint16_t h) { return bf16_to_f32(h); }
+// E4M3 through a table of the 256 codes (f8e4m3_to_f32 uses ldexp).
+inline float widen(uint8_t b) {
+  static const struct Table {
+    float v[256];
+    Table() {
+      for (int i = 0; i < 256; ++i) v[i] = f8e4m3_to_f32(uint8_t(i));
+    }
+  } table;
+  return table.v[b];
+}
 
 template <typename T>
 void qk_scores_generic(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld) {
@@ -85,6 +96,26 @@ void pv_entry(const float* P, int heads, int ld, int n_keys, const T* v, int hea
   pv_generic(P, heads, ld, n_keys, v, head_dim, o);
 }
 
+void qk_scores_fp8_entry(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
+                         int n_keys, float* S, int ld, const void*, size_t) {
+  qk_scores_generic(q, nq, dim, kT, kt_stride, n_keys, S, ld);
+  for (int i = 0; i < nq; ++i)
+    for (int t = 0; t < n_keys; ++t) S[int64_t(i) * ld + t] *= ue8m0_to_f32(scales[t]);
+}
+void qk_block_max_fp8_entry(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
+                            int n_keys, float* out, const void*, size_t) {
+  float s[256];
+  for (int i = 0; i < nq; ++i) {
+    float best = -INFINITY;
+    for (int t0 = 0; t0 < n_keys; t0 += 256) {
+      const int n = std::min(256, n_keys - t0);
+      qk_scores_generic(q + int64_t(i) * dim, 1, dim, kT + t0, kt_stride, n, s, 256);
+      for (int t = 0; t < n; ++t) best = std::max(best, s[t] * ue8m0_to_f32(scales[t0 + t]));
+    }
+    out[i] = best;
+  }
+}
+
 constexpr AttentionKernels kGeneric{"generic",
                                     &qk_scores_entry<float>,
                                     &qk_scores_entry<uint16_t>,
@@ -92,7 +123,10 @@ constexpr AttentionKernels kGeneric{"generic",
                                     &qk_block_max_entry<uint16_t>,
                                     &softmax_update_generic,
                                     &pv_entry<float>,
-                                    &pv_entry<uint16_t>};
+                                    &pv_entry<uint16_t>,
+                                    &qk_scores_fp8_entry,
+                                    &qk_block_max_fp8_entry,
+                                    &pv_entry<uint8_t>};
 
 const PathTables<AttentionKernels>& tables() {
   static const PathTables<AttentionKernels> t{&kGeneric, simd_attention_kernels(CpuPath::Avx2),
@@ -135,6 +169,15 @@ void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_st
   active().qk_block_max_bf16(q, nq, dim, kT, kt_stride, n_keys, out, prefetch, prefetch_bytes);
 }
 
+void qk_scores(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* kT_scales, int kt_stride, int n_keys,
+               float* S, int ld, const void* prefetch, size_t prefetch_bytes) {
+  active().qk_scores_fp8(q, nq, dim, kT, kT_scales, kt_stride, n_keys, S, ld, prefetch, prefetch_bytes);
+}
+void qk_block_max(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* kT_scales, int kt_stride,
+                  int n_keys, float* out, const void* prefetch, size_t prefetch_bytes) {
+  active().qk_block_max_fp8(q, nq, dim, kT, kT_scales, kt_stride, n_keys, out, prefetch, prefetch_bytes);
+}
+
 void softmax_block_update(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int head_dim) {
   active().softmax_block_update(S, heads, ld, n_keys, m, l, o, head_dim);
 }
@@ -146,6 +189,16 @@ void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
                    const void* prefetch, size_t prefetch_bytes) {
   active().pv_bf16(P, heads, ld, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
+}
+
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
+                   int head_dim, float* o, const void* prefetch, size_t prefetch_bytes) {
+  // Each value row's scale goes into its column of P: p x (v x 2^e) = (p x 2^e) x v exactly.
+  thread_local std::vector<float> scaled;
+  scaled.resize(size_t(heads) * size_t(std::max(n_keys, 1)));
+  for (int h = 0; h < heads; ++h)
+    for (int t = 0; t < n_keys; ++t) scaled[size_t(h) * n_keys + t] = P[int64_t(h) * ld + t] * ue8m0_to_f32(v_scales[t]);
+  active().pv_fp8(scaled.data(), heads, n_keys, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
 }
 
 }  // namespace m3

@@ -4,8 +4,12 @@
 // ([block_size][head_dim]). Each op has SIMD paths (avx2, avx512, neon, sve: one Highway source,
 // any head size, the same bits on all of them) chosen at run time and a plain path; tests compare
 // every path the machine runs against naive formulas. The K and V arguments come in two
-// element types: fp32, or bf16 (uint16_t bit patterns, a bf16 KV cache) widened exactly to fp32 on
-// load; all arithmetic is fp32 either way, so a bf16 block gives the bits of its widened fp32 copy.
+// element types: fp32, bf16 (uint16_t bit patterns, a bf16 KV cache) or E4M3 (uint8_t, an fp8 cache,
+// with one UE8M0 power-of-two scale per key or value row) widened exactly to fp32 on load; all
+// arithmetic is fp32, so a bf16 block gives the bits of its widened fp32 copy, and an fp8 block
+// those of its dequantized copy (the scale multiplies each key's score, and each value row's
+// weight, which for a power of two is the same as multiplying its elements), unless a product
+// underflows past fp32's normal range.
 #include <cstddef>
 #include <cstdint>
 
@@ -20,12 +24,17 @@ void qk_scores(const float* q, int nq, int dim, const float* kT, int kt_stride, 
                const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 void qk_scores(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* S, int ld,
                const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+// kT_scales[t] (UE8M0) scales key t.
+void qk_scores(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* kT_scales, int kt_stride, int n_keys,
+               float* S, int ld, const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
 // out[i] = max_t<n_keys S[i][t], computed without storing S (index branch block max).
 void qk_block_max(const float* q, int nq, int dim, const float* kT, int kt_stride, int n_keys, float* out,
                   const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 void qk_block_max(const float* q, int nq, int dim, const uint16_t* kT, int kt_stride, int n_keys, float* out,
                   const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+void qk_block_max(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* kT_scales, int kt_stride,
+                  int n_keys, float* out, const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
 // Online softmax step for `heads` rows of scores over n_keys keys: updates the running max m and
 // denominator l, rescales the accumulators o (heads, head_dim), and turns S into weights
@@ -37,6 +46,9 @@ void pv_accumulate(const float* P, int heads, int ld, int n_keys, const float* v
                    const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
                    const void* prefetch = nullptr, size_t prefetch_bytes = 0);
+// v_scales[t] (UE8M0) scales value row t.
+void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
+                   int head_dim, float* o, const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
 // Which implementation runs ("avx512", "avx2", "sve", "neon" or "generic"); M3_CPU=generic forces the
 // plain path.

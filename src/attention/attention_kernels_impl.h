@@ -2,7 +2,7 @@
 // The attention kernels as a table per CPU path (base/cpu_dispatch.h): attention_kernels.cpp holds
 // the generic table (plain C++, the reference) and picks the active one; attention_kernels_simd.cpp
 // provides avx2, avx512, neon and sve from one Highway source. uint16_t K/V: bf16 bit patterns,
-// widened to fp32 on load.
+// uint8_t: E4M3 bytes with UE8M0 scales, widened to fp32 on load.
 #include <cstddef>
 #include <cstdint>
 
@@ -25,6 +25,14 @@ struct AttentionKernels {
                  const void* prefetch, size_t prefetch_bytes);
   void (*pv_bf16)(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
                   const void* prefetch, size_t prefetch_bytes);
+  // An fp8 cache: E4M3 bytes, one UE8M0 scale per key (per column of kT) multiplying its score;
+  // pv_fp8 takes the values unscaled (its caller folds each value row's scale into P's column).
+  void (*qk_scores_fp8)(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
+                        int n_keys, float* S, int ld, const void* prefetch, size_t prefetch_bytes);
+  void (*qk_block_max_fp8)(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
+                           int n_keys, float* out, const void* prefetch, size_t prefetch_bytes);
+  void (*pv_fp8)(const float* P, int heads, int ld, int n_keys, const uint8_t* v, int head_dim, float* o,
+                 const void* prefetch, size_t prefetch_bytes);
 };
 
 const AttentionKernels& generic_attention_kernels();

@@ -33,6 +33,7 @@
 #include <cstdint>
 
 #include "attention/attention_kernels_impl.h"
+#include "m3/dtype.h"
 
 HWY_BEFORE_NAMESPACE();
 // The emulated 128-bit target Highway always compiles is not used: the generic path is plain C++.
@@ -50,6 +51,8 @@ using DF = hn::CappedTag<float, kMaxLanes>;
 using DI = hn::RebindToSigned<DF>;
 using DU = hn::RebindToUnsigned<DF>;
 using DH = hn::Rebind<uint16_t, DF>;  // bf16 bits, as many lanes as DF
+using D8 = hn::Rebind<uint8_t, DF>;   // E4M3 bytes and UE8M0 scales
+using DF16 = hn::Rebind<hwy::float16_t, DF>;
 using VF = hn::Vec<DF>;
 
 // Accumulators a tile may keep in registers: AVX2 has 16 vector registers (8 accumulators leave
@@ -83,7 +86,34 @@ HWY_INLINE VF LoadWide(DF df, const uint16_t* p) {
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, p))));
 }
 
+// E4M3 (an fp8 cache) widened exactly: the byte's magnitude shifted up by 7 and its sign by 8 is
+// the F16 of value x 2^-8 (subnormals included), then x 256. 0x7f/0xff (NaN) are never stored.
+HWY_INLINE VF LoadWide(DF df, const uint8_t* p) {
+  const D8 d8;
+  const DH dh;
+  const auto b = hn::PromoteTo(dh, hn::LoadU(d8, p));
+  const auto h = hn::Or(hn::And(hn::ShiftLeft<8>(b), hn::Set(dh, uint16_t(0x8000))),
+                        hn::And(hn::ShiftLeft<7>(b), hn::Set(dh, uint16_t(0x3f80))));
+  return hn::Mul(hn::PromoteTo(df, hn::BitCast(DF16(), h)), hn::Set(df, 256.0f));
+}
+
+// The UE8M0 scales of keys [t, t + N) as 2^(s - 127) (never 0 or 255 in a cache); lanes at or past
+// len read 1 (their scores are dropped).
+HWY_INLINE VF LoadScales(DF df, const uint8_t* scales, int t, int len) {
+  const D8 d8;
+  const DU du;
+  const int N = int(hn::Lanes(df));
+  const uint8_t* p = scales + t;
+  alignas(64) uint8_t buf[kMaxLanes];
+  if (t + N > len) {
+    for (int i = 0; i < N; ++i) buf[i] = t + i < len ? scales[t + i] : uint8_t(127);
+    p = buf;
+  }
+  return hn::BitCast(df, hn::ShiftLeft<23>(hn::PromoteTo(du, hn::LoadU(d8, p))));
+}
+
 HWY_INLINE float WidenOne(float x) { return x; }
+HWY_INLINE float WidenOne(uint8_t b) { return f8e4m3_to_f32(b); }
 HWY_INLINE float WidenOne(uint16_t h) {
   const uint32_t bits = uint32_t(h) << 16;
   float f;
@@ -329,13 +359,17 @@ HWY_INLINE void QkForTiles(const float* q, int nq, int dim, const T* kT, int kt_
   else QkRows<kMaxAcc, 1>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
 }
 
-// Stores score vectors to S rows (stride ld), the last one cut at n_keys.
+// Stores score vectors to S rows (stride ld), the last one cut at n_keys. With scales (an fp8
+// cache) each key's score is multiplied by its power-of-two scale first: q·(k x 2^e) exactly.
 struct ScoreStore {
   float* S;
   int ld, n_keys, i0 = 0, t0 = 0;
+  const uint8_t* scales = nullptr;
+  int scale_len = 0;
   HWY_INLINE void one(DF df, float* row, int t, VF v) const {
     const int N = int(hn::Lanes(df));
     if (t >= n_keys) return;
+    if (scales != nullptr) v = hn::Mul(v, LoadScales(df, scales, t, scale_len));
     if (t + N <= n_keys) hn::StoreU(v, df, row + t);
     else StoreFirst(df, v, row + t, n_keys - t);
   }
@@ -355,10 +389,13 @@ struct ScoreStore {
 struct MaxFold {
   float* best;
   int n_keys, i0 = 0, t0 = 0;
+  const uint8_t* scales = nullptr;  // as for ScoreStore
+  int scale_len = 0;
   HWY_INLINE VF valid(DF df, int t, VF v) const {
     const int N = int(hn::Lanes(df));
     const VF lowest = hn::Set(df, -HUGE_VALF);
     if (t >= n_keys) return lowest;
+    if (scales != nullptr) v = hn::Mul(v, LoadScales(df, scales, t, scale_len));
     if (t + N <= n_keys) return v;
     return hn::IfThenElse(hn::FirstN(df, size_t(n_keys - t)), v, lowest);
   }
@@ -387,6 +424,26 @@ void QkBlockMax(const float* q, int nq, int dim, const T* kT, int kt_stride, int
   Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
   for (int i = 0; i < nq; ++i) out[i] = -HUGE_VALF;
   MaxFold fold{out, n_keys};
+  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
+}
+
+// An fp8 cache: E4M3 keys with one scale per key (its column of kT).
+void QkScoresFp8(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride, int n_keys,
+                 float* S, int ld, const void* pf_region, size_t pf_bytes) {
+  Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
+  ScoreStore store{S, ld, n_keys};
+  store.scales = scales;
+  store.scale_len = kt_stride;
+  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, store, pf);
+}
+
+void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
+                   int n_keys, float* out, const void* pf_region, size_t pf_bytes) {
+  Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
+  for (int i = 0; i < nq; ++i) out[i] = -HUGE_VALF;
+  MaxFold fold{out, n_keys};
+  fold.scales = scales;
+  fold.scale_len = kt_stride;
   QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
 }
 
@@ -575,7 +632,10 @@ const AttentionKernels kAttentionKernels{kName,
                                          &QkBlockMax<uint16_t>,
                                          &SoftmaxBlockUpdate,
                                          &PvAccumulate<float>,
-                                         &PvAccumulate<uint16_t>};
+                                         &PvAccumulate<uint16_t>,
+                                         &QkScoresFp8,
+                                         &QkBlockMaxFp8,
+                                         &PvAccumulate<uint8_t>};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace m3

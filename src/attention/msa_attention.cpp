@@ -9,6 +9,46 @@
 
 namespace m3 {
 
+namespace {
+
+// A page of an fp8 cache: E4M3 bytes and the UE8M0 scale of each key (or value row).
+struct Fp8Page {
+  const uint8_t* data;
+  const uint8_t* scales;
+};
+
+// The kernels for each page type (float, bf16 bits, fp8), so the walks below are written once.
+template <typename T>
+void scores_of(const float* q, int nq, int dim, const T* kT, int B, int n_keys, float* S, int ld, const void* pf,
+               size_t pf_bytes) {
+  qk_scores(q, nq, dim, kT, B, n_keys, S, ld, pf, pf_bytes);
+}
+void scores_of(const float* q, int nq, int dim, Fp8Page kT, int B, int n_keys, float* S, int ld, const void* pf,
+               size_t pf_bytes) {
+  qk_scores(q, nq, dim, kT.data, kT.scales, B, n_keys, S, ld, pf, pf_bytes);
+}
+template <typename T>
+void values_of(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o, const void* pf,
+               size_t pf_bytes) {
+  pv_accumulate(P, heads, ld, n_keys, v, hd, o, pf, pf_bytes);
+}
+void values_of(const float* P, int heads, int ld, int n_keys, Fp8Page v, int hd, float* o, const void* pf,
+               size_t pf_bytes) {
+  pv_accumulate(P, heads, ld, n_keys, v.data, v.scales, hd, o, pf, pf_bytes);
+}
+
+// Calls f(kT, v) with the pages as the cache stores them.
+template <typename F>
+void with_pages(const CachePageView& kT, const CachePageView& v, F&& f) {
+  switch (kT.dtype) {
+    case DType::BF16: f(kT.as<uint16_t>(), v.as<uint16_t>()); break;
+    case DType::F8_E4M3: f(Fp8Page{kT.as<uint8_t>(), kT.scales}, Fp8Page{v.as<uint8_t>(), v.scales}); break;
+    default: f(kT.as<float>(), v.as<float>()); break;
+  }
+}
+
+}  // namespace
+
 void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel,
                     Workspace* ws) {
   const int G = run.kv_heads, id = run.index_dim, K = run.topk;
@@ -50,10 +90,13 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         const size_t page = size_t(id) * B * dtype_size(cache.dtype());
         const CachePageView ik = cache.index_k_block_t(layer, b);
         const void* next = pf ? cache.index_k_block_t(layer, b + 1).data : nullptr;
+        const float* iq = run.iq + r0 * G * id;
         if (ik.dtype == DType::BF16)
-          qk_block_max(run.iq + r0 * G * id, int(nq), id, ik.as<uint16_t>(), B, B, col.data(), next, pf ? page : 0);
+          qk_block_max(iq, int(nq), id, ik.as<uint16_t>(), B, B, col.data(), next, pf ? page : 0);
+        else if (ik.dtype == DType::F8_E4M3)
+          qk_block_max(iq, int(nq), id, ik.as<uint8_t>(), ik.scales, B, B, col.data(), next, pf ? page : 0);
         else
-          qk_block_max(run.iq + r0 * G * id, int(nq), id, ik.as<float>(), B, B, col.data(), next, pf ? page : 0);
+          qk_block_max(iq, int(nq), id, ik.as<float>(), B, B, col.data(), next, pf ? page : 0);
         for (int64_t i = 0; i < nq; ++i)
           scores[((r0 - first_sparse_row) * G + i) * n_blocks + b] = col[size_t(i)] * scale;
       }
@@ -111,7 +154,6 @@ void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, cons
                        const std::function<int32_t(int32_t)>& block_of, int32_t j0, int32_t j1, float* m, float* l,
                        float* o, float* S) {
   const int B = cache.shape().block_size;
-  const bool bf16 = cache.dtype() == DType::BF16;
   const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
   std::fill(m, m + Hg, -INFINITY);
   std::fill(l, l + Hg, 0.0f);
@@ -120,17 +162,14 @@ void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, cons
     const int64_t b = block_of(j);
     const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
     const bool more = j + 1 < j1;  // the next page is requested into L2 while this one is computed
-    auto attend = [&](const auto* kT, const auto* v, const void* next_k, const void* next_v) {
-      qk_scores(q, Hg, hd, kT, B, n_keys, S, B, next_k, next_k ? page : 0);
-      softmax_block_update(S, Hg, B, n_keys, m, l, o, hd);
-      pv_accumulate(S, Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
-    };
     const int64_t nb = more ? block_of(j + 1) : 0;
-    const CachePageView kT = cache.k_block_t(layer, b, g), v = cache.v_block(layer, b, g);
     const void* next_k = more ? cache.k_block_t(layer, nb, g).data : nullptr;
     const void* next_v = more ? cache.v_block(layer, nb, g).data : nullptr;
-    if (bf16) attend(kT.as<uint16_t>(), v.as<uint16_t>(), next_k, next_v);
-    else attend(kT.as<float>(), v.as<float>(), next_k, next_v);
+    with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), [&](auto kT, auto v) {
+      scores_of(q, Hg, hd, kT, B, n_keys, S, B, next_k, next_k ? page : 0);
+      softmax_block_update(S, Hg, B, n_keys, m, l, o, hd);
+      values_of(S, Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
+    });
   }
 }
 
@@ -185,7 +224,6 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
-  const bool bf16 = cache.dtype() == DType::BF16;
   const int seg = segment_blocks(sel != nullptr);
   // A decode step has one task per KV group; with more threads than groups its segments run in
   // parallel (same bits as the walk below).
@@ -266,7 +304,7 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
           next_k = cache.k_block_t(layer, nb, g).data;
           next_v = cache.v_block(layer, nb, g).data;
         }
-        // kT, v: float or uint16_t (bf16) pages; the kernels widen bf16 on load.
+        // kT, v: float, uint16_t (bf16) or Fp8Page pages; the kernels widen them on load.
         auto row_of = [&](size_t k) { return int64_t(uses[k] & 0xffffffffu); };
         auto keys_of = [&](int64_t i) {  // causal inside the local block
           return int(std::min<int64_t>(B, run.first_pos + r0 + i + 1 - b * B));
@@ -275,7 +313,7 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         // query heads stacked (q, m, l and acc rows are adjacent): the tiny preset's blocks hold
         // 2 heads x 16 keys per row, too little work for a call. Every output is still its own
         // chain in the same order, so the batching changes no bits.
-        auto attend_block = [&](const auto* kT, const auto* v) {
+        auto attend_block = [&](auto kT, auto v) {
           for (size_t k = u; k < end;) {
             const int64_t i = row_of(k);
             const int n_keys = keys_of(i);
@@ -289,16 +327,14 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
             }
             const int heads = int(e - k) * Hg;
             float* o = acc.data() + i * per_row;
-            qk_scores(q.data() + i * per_row, heads, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
+            scores_of(q.data() + i * per_row, heads, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
             softmax_block_update(S.data(), heads, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-            pv_accumulate(S.data(), heads, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
+            values_of(S.data(), heads, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
             next_k = next_v = nullptr;  // requested once per tile
             k = e;
           }
         };
-        const CachePageView kT = cache.k_block_t(layer, b, g), v = cache.v_block(layer, b, g);
-        if (bf16) attend_block(kT.as<uint16_t>(), v.as<uint16_t>());
-        else attend_block(kT.as<float>(), v.as<float>());
+        with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), attend_block);
         u = end;
       }
       for (int64_t i = 0; i < nr; ++i) {

@@ -1,15 +1,17 @@
 #include "memory/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "m3/error.h"
+#include "format/mxfp8_quantize.h"
 
 namespace m3 {
 
 namespace {
 
-// One stored element of either dtype: fp32 as is, bf16 rounded to nearest even.
+// One stored element of f32 or bf16: fp32 as is, bf16 rounded to nearest even.
 inline void store_elem(std::byte* page, DType t, size_t i, float x) {
   if (t == DType::BF16) {
     const uint16_t h = f32_to_bf16(x);
@@ -30,15 +32,52 @@ inline float load_elem(const std::byte* page, DType t, size_t i) {
   return x;
 }
 
+// One vector of n values (a token's key, value or index key) into a page: elements at
+// page[first + i * stride], in the cache's dtype; on an FP8 page its scale byte at page[scale_at].
+void store_vector(std::byte* page, DType t, size_t first, size_t stride, int n, const float* x, size_t scale_at) {
+  if (t != DType::F8_E4M3) {
+    for (int i = 0; i < n; ++i) store_elem(page, t, first + size_t(i) * stride, x[i]);
+    return;
+  }
+  const uint8_t s = fp8_vector_scale(x, n);
+  const float inv = 1.0f / ue8m0_to_f32(s);  // a power of two: exact
+  for (int i = 0; i < n; ++i) page[first + size_t(i) * stride] = std::byte(f32_to_f8e4m3(x[i] * inv));
+  page[scale_at] = std::byte(s);
+}
+
+void load_vector(const std::byte* page, DType t, size_t first, size_t stride, int n, float* x, size_t scale_at) {
+  if (t != DType::F8_E4M3) {
+    for (int i = 0; i < n; ++i) x[i] = load_elem(page, t, first + size_t(i) * stride);
+    return;
+  }
+  const float s = ue8m0_to_f32(uint8_t(page[scale_at]));
+  for (int i = 0; i < n; ++i) x[i] = f8e4m3_to_f32(uint8_t(page[first + size_t(i) * stride])) * s;
+}
+
 }  // namespace
+
+uint8_t fp8_vector_scale(const float* x, int n) {
+  float amax = 0.0f;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  // The smallest e with amax / 2^e <= 448; 2^e stays a normal fp32 (e in [-126, 127]).
+  int e = 0;
+  if (amax > 0.0f && std::isfinite(amax)) {
+    e = int(std::ceil(std::log2(double(amax) / 448.0)));
+    while (e > -126 && double(amax) <= 448.0 * std::ldexp(1.0, e - 1)) --e;  // log2's rounding
+    while (double(amax) > 448.0 * std::ldexp(1.0, e)) ++e;
+    e = std::clamp(e, -126, 127);
+  }
+  return uint8_t(127 + e);
+}
 
 std::optional<DType> parse_cache_type(std::string_view name) {
   if (name == "f32") return DType::F32;
   if (name == "bf16") return DType::BF16;
+  if (name == "fp8") return DType::F8_E4M3;
   return std::nullopt;
 }
 
-const char* cache_type_name(DType t) { return t == DType::BF16 ? "bf16" : "f32"; }
+const char* cache_type_name(DType t) { return t == DType::BF16 ? "bf16" : t == DType::F8_E4M3 ? "fp8" : "f32"; }
 
 void check_cache_page_type(DType have, DType want) {
   M3_CHECK(have == want, "KvCache: the page holds ", cache_type_name(have), ", read as ", cache_type_name(want));
@@ -46,7 +85,8 @@ void check_cache_page_type(DType have, DType want) {
 
 KvCache::KvCache(KvCacheShape shape) : shape_(std::move(shape)) {
   M3_CHECK(shape_.block_size > 0 && shape_.kv_heads > 0 && shape_.head_dim > 0, "KvCache: bad shape");
-  M3_CHECK(shape_.dtype == DType::F32 || shape_.dtype == DType::BF16, "KvCache: the cache type must be f32 or bf16, not ",
+  M3_CHECK(shape_.dtype == DType::F32 || shape_.dtype == DType::BF16 || shape_.dtype == DType::F8_E4M3,
+           "KvCache: the cache type must be f32, bf16 or fp8, not ",
            dtype_name(shape_.dtype));
   kv_pages_.resize(size_t(shape_.num_layers));
   index_pages_.resize(size_t(shape_.num_layers));
@@ -68,10 +108,10 @@ void KvCache::ensure_capacity(int64_t tokens) {
   const int64_t blocks = (tokens + shape_.block_size - 1) / shape_.block_size;
   for (int l = 0; l < shape_.num_layers; ++l) {
     auto& kv = kv_pages_[size_t(l)];
-    while (int64_t(kv.size()) < blocks) kv.push_back(new_page(kv_page_elems() * elem_bytes()));
+    while (int64_t(kv.size()) < blocks) kv.push_back(new_page(kv_page_bytes()));
     if (shape_.layer_has_index[size_t(l)]) {
       auto& ix = index_pages_[size_t(l)];
-      while (int64_t(ix.size()) < blocks) ix.push_back(new_page(index_page_elems() * elem_bytes()));
+      while (int64_t(ix.size()) < blocks) ix.push_back(new_page(index_page_bytes()));
     }
   }
 }
@@ -85,8 +125,8 @@ void KvCache::prepare_write(int64_t from, int64_t to) {
       for (int64_t b = b0; b < std::min<int64_t>(b1, int64_t(layer.size())); ++b)
         if (layer[size_t(b)].use_count() > 1) layer[size_t(b)] = copy_page(layer[size_t(b)], bytes);
   };
-  unshare(kv_pages_, kv_page_elems() * elem_bytes());
-  unshare(index_pages_, index_page_elems() * elem_bytes());
+  unshare(kv_pages_, kv_page_bytes());
+  unshare(index_pages_, index_page_bytes());
 }
 
 std::unique_ptr<KvCache> KvCache::prefix_of(const KvCache& src, int64_t tokens) {
@@ -101,8 +141,8 @@ std::unique_ptr<KvCache> KvCache::prefix_of(const KvCache& src, int64_t tokens) 
       if (blocks > whole && int64_t(from[l].size()) > whole) to[l].push_back(copy_page(from[l][size_t(whole)], bytes));
     }
   };
-  take(src.kv_pages_, dst->kv_pages_, src.kv_page_elems() * src.elem_bytes());
-  take(src.index_pages_, dst->index_pages_, src.index_page_elems() * src.elem_bytes());
+  take(src.kv_pages_, dst->kv_pages_, src.kv_page_bytes());
+  take(src.index_pages_, dst->index_pages_, src.index_page_bytes());
   dst->length_ = tokens;
   return dst;
 }
@@ -132,16 +172,16 @@ int64_t KvCache::num_pages() const {
 
 uint64_t KvCache::bytes() const {
   uint64_t b = 0;
-  for (const auto& l : kv_pages_) b += l.size() * kv_page_elems() * elem_bytes();
-  for (const auto& l : index_pages_) b += l.size() * index_page_elems() * elem_bytes();
+  for (const auto& l : kv_pages_) b += l.size() * kv_page_bytes();
+  for (const auto& l : index_pages_) b += l.size() * index_page_bytes();
   return b;
 }
 
 void KvCache::collect_pages(std::unordered_map<const void*, size_t>& pages) const {
   for (const auto& l : kv_pages_)
-    for (const Page& p : l) pages.emplace(p.get(), kv_page_elems() * elem_bytes());
+    for (const Page& p : l) pages.emplace(p.get(), kv_page_bytes());
   for (const auto& l : index_pages_)
-    for (const Page& p : l) pages.emplace(p.get(), index_page_elems() * elem_bytes());
+    for (const Page& p : l) pages.emplace(p.get(), index_page_bytes());
 }
 
 int64_t KvCache::shared_pages() const {
@@ -164,8 +204,8 @@ void KvCache::write_kv(int layer, int64_t pos, int kv_head, const float* k, cons
   M3_CHECK(shared.use_count() == 1, "KvCache::write_kv: block ", block, " is shared (call prepare_write first)");
   std::byte* page = shared.get();
   const size_t kt = kv_offset(kv_head, 0), vs = kv_offset(kv_head, 1) + size_t(s) * hd;  // K [hd][B], V row s
-  for (int d = 0; d < hd; ++d) store_elem(page, shape_.dtype, kt + size_t(d) * B + s, k[d]);
-  for (int d = 0; d < hd; ++d) store_elem(page, shape_.dtype, vs + size_t(d), v[d]);
+  store_vector(page, shape_.dtype, kt + size_t(s), size_t(B), hd, k, kv_scale_offset(kv_head, 0) + size_t(s));
+  store_vector(page, shape_.dtype, vs, 1, hd, v, kv_scale_offset(kv_head, 1) + size_t(s));
 }
 
 void KvCache::read_kv(int layer, int64_t pos, int kv_head, float* k, float* v) const {
@@ -173,8 +213,8 @@ void KvCache::read_kv(int layer, int64_t pos, int kv_head, float* k, float* v) c
   const int s = int(pos % shape_.block_size), B = shape_.block_size, hd = shape_.head_dim;
   const std::byte* page = kv_page(layer, block);
   const size_t kt = kv_offset(kv_head, 0), vs = kv_offset(kv_head, 1) + size_t(s) * hd;
-  for (int d = 0; d < hd; ++d) k[d] = load_elem(page, shape_.dtype, kt + size_t(d) * B + s);
-  for (int d = 0; d < hd; ++d) v[d] = load_elem(page, shape_.dtype, vs + size_t(d));
+  load_vector(page, shape_.dtype, kt + size_t(s), size_t(B), hd, k, kv_scale_offset(kv_head, 0) + size_t(s));
+  load_vector(page, shape_.dtype, vs, 1, hd, v, kv_scale_offset(kv_head, 1) + size_t(s));
 }
 
 void KvCache::write_index_k(int layer, int64_t pos, const float* ik) {
@@ -182,28 +222,36 @@ void KvCache::write_index_k(int layer, int64_t pos, const float* ik) {
   const int s = int(pos % shape_.block_size), B = shape_.block_size;
   const Page& shared = index_pages_[size_t(layer)][size_t(block)];
   M3_CHECK(shared.use_count() == 1, "KvCache::write_index_k: block ", block, " is shared (call prepare_write first)");
-  std::byte* page = shared.get();
-  for (int d = 0; d < shape_.index_dim; ++d) store_elem(page, shape_.dtype, size_t(d) * B + s, ik[d]);
+  store_vector(shared.get(), shape_.dtype, size_t(s), size_t(B), shape_.index_dim, ik, index_page_elems() + size_t(s));
 }
 
 void KvCache::read_index_k(int layer, int64_t pos, float* ik) const {
   const int64_t block = pos / shape_.block_size;
   const int s = int(pos % shape_.block_size), B = shape_.block_size;
-  const std::byte* page = index_page(layer, block);
-  for (int d = 0; d < shape_.index_dim; ++d) ik[d] = load_elem(page, shape_.dtype, size_t(d) * B + s);
+  load_vector(index_page(layer, block), shape_.dtype, size_t(s), size_t(B), shape_.index_dim, ik,
+              index_page_elems() + size_t(s));
 }
 
 // The pages are allocated as bytes by operator new[] (aligned for any scalar), and each holds only
-// elements of the cache's one dtype, so viewing them as float or uint16_t arrays is sound.
+// elements of the cache's one dtype (then, on FP8 pages, scale bytes), so viewing them as float,
+// uint16_t or uint8_t arrays is sound.
 CachePageView KvCache::view(const std::byte* page, size_t elem_offset) const {
   return CachePageView{page + elem_offset * elem_bytes(), shape_.dtype};
 }
 CachePageView KvCache::k_block_t(int layer, int64_t block, int kv_head) const {
-  return view(kv_page(layer, block), kv_offset(kv_head, 0));
+  CachePageView v = view(kv_page(layer, block), kv_offset(kv_head, 0));
+  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(kv_page(layer, block) + kv_scale_offset(kv_head, 0));
+  return v;
 }
 CachePageView KvCache::v_block(int layer, int64_t block, int kv_head) const {
-  return view(kv_page(layer, block), kv_offset(kv_head, 1));
+  CachePageView v = view(kv_page(layer, block), kv_offset(kv_head, 1));
+  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(kv_page(layer, block) + kv_scale_offset(kv_head, 1));
+  return v;
 }
-CachePageView KvCache::index_k_block_t(int layer, int64_t block) const { return view(index_page(layer, block), 0); }
+CachePageView KvCache::index_k_block_t(int layer, int64_t block) const {
+  CachePageView v = view(index_page(layer, block), 0);
+  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(index_page(layer, block) + index_page_elems());
+  return v;
+}
 
 }  // namespace m3

@@ -4,9 +4,15 @@
 // transposed per KV head, K[kv_head][dim][slot], so the attention kernels load one dimension of 16
 // consecutive keys as a vector; V is natural, V[kv_head][slot][dim]. MSA layers also keep an
 // index-K page per block, transposed the same way: [index_dim][slot].
-// Element type: fp32 (default) or bf16 (the spec's reference cache dtype, §2.6; --cache-type bf16).
+// Element type: fp32, bf16 (the spec's reference cache dtype, §2.6; the default) or fp8 (E4M3).
 // A bf16 cache rounds K, V and index keys to nearest even when they are written, and the attention
 // kernels widen them back to fp32 on load, so only the stored values lose precision, never the math.
+// An fp8 cache stores each key, value and index key vector (one token, one KV head) as E4M3 bytes
+// times its own power-of-two scale, one UE8M0 byte per vector: the smallest 2^e with the vector's
+// largest magnitude / 2^e <= 448, as an MXFP8 block (format/mxfp8_quantize.h) of head_dim elements.
+// A token's scale depends on that token alone, so what is stored never depends on how the tokens
+// were batched. The scales of a page follow its elements: [kv_head][slot] for K, then for V, and
+// [slot] on an index page.
 //
 // Pages are reference-counted: caches made by prefix_of() share the pages of the prefix's whole
 // blocks with their source (a system prompt's K/V is held once however many sequences use it), and
@@ -32,18 +38,24 @@ struct KvCacheShape {
   int head_dim = 0;
   int index_dim = 0;
   std::vector<bool> layer_has_index;  // MSA layers
-  DType dtype = DType::F32;           // F32 or BF16, for K, V and index-K alike
+  DType dtype = DType::F32;           // F32, BF16 or F8_E4M3, for K, V and index-K alike
 };
+
+// The UE8M0 scale byte an FP8 cache stores a vector of n values with: 127 + e for the smallest e
+// with max|x| / 2^e <= 448 (127 for an all-zero vector).
+uint8_t fp8_vector_scale(const float* x, int n);
 
 // Throws m3::Error when a page of type `have` is read as `want`.
 void check_cache_page_type(DType have, DType want);
 
 
 // A page of one block (or part of it) with its element type: float for an F32 cache, the 16-bit
-// patterns for a BF16 one. as<T>() checks that T is the page's type.
+// patterns for a BF16 one, E4M3 bytes for an FP8 one (whose `scales` hold one UE8M0 byte per
+// slot). as<T>() checks that T is the page's type.
 struct CachePageView {
   const std::byte* data = nullptr;
   DType dtype = DType::F32;
+  const uint8_t* scales = nullptr;  // FP8 pages: [block_size]
 
   template <typename T>
   const T* as() const;
@@ -99,6 +111,16 @@ class KvCache {
   size_t kv_page_elems() const { return size_t(2) * shape_.kv_heads * shape_.block_size * shape_.head_dim; }
   size_t index_page_elems() const { return size_t(shape_.block_size) * shape_.index_dim; }
   size_t elem_bytes() const { return dtype_size(shape_.dtype); }
+  bool fp8() const { return shape_.dtype == DType::F8_E4M3; }
+  // Page sizes: the elements, then on FP8 pages one scale byte per stored vector.
+  size_t kv_page_bytes() const {
+    return kv_page_elems() * elem_bytes() + (fp8() ? size_t(2) * shape_.kv_heads * shape_.block_size : 0);
+  }
+  size_t index_page_bytes() const { return index_page_elems() * elem_bytes() + (fp8() ? size_t(shape_.block_size) : 0); }
+  // Byte offset of the scales of (kv_head, which) inside an FP8 KV page, [block_size] of them.
+  size_t kv_scale_offset(int kv_head, int which) const {
+    return kv_page_elems() + (size_t(which) * shape_.kv_heads + size_t(kv_head)) * shape_.block_size;
+  }
 
   KvCacheShape shape_;
   int64_t length_ = 0;
@@ -108,8 +130,9 @@ class KvCache {
 
 template <typename T>
 const T* CachePageView::as() const {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t>, "cache pages hold float or bf16 bits");
-  const DType want = std::is_same_v<T, float> ? DType::F32 : DType::BF16;
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t> || std::is_same_v<T, uint8_t>,
+                "cache pages hold float, bf16 bits or E4M3 bytes");
+  const DType want = std::is_same_v<T, float> ? DType::F32 : std::is_same_v<T, uint16_t> ? DType::BF16 : DType::F8_E4M3;
   check_cache_page_type(dtype, want);
   return reinterpret_cast<const T*>(data);
 }

@@ -13,7 +13,8 @@ namespace m3 {
 namespace {
 
 KvCacheShape shape_of(const Engine& engine, DType type) {
-  M3_CHECK(type == DType::F32 || type == DType::BF16, "cache type must be f32 or bf16, got ", dtype_name(type));
+  M3_CHECK(type == DType::F32 || type == DType::BF16 || type == DType::F8_E4M3, "cache type must be f32, bf16 or fp8, got ",
+           dtype_name(type));
   KvCacheShape shape = engine.model().cache_shape();
   shape.dtype = type;
   return shape;

@@ -20,7 +20,7 @@ struct ServerOptions {
   bool mmap = true;              // false: read the weights into memory (--no-mmap)
   bool mlock = false;            // lock the weights in RAM (--mlock)
   size_t max_body_bytes = 8u << 20;
-  DType cache_type = DType::F32;  // K, V and index-K element type of every sequence (--cache-type)
+  DType cache_type = DType::BF16;  // K, V and index-K element type of every sequence (--cache-type)
   uint64_t cache_mb = 2048;      // prefix cache budget (KV pages kept between requests); 0: off
   int prefill_chunk = 512;
   int http_threads = 32;

@@ -23,7 +23,7 @@ namespace m3::server {
 struct SchedulerOptions {
   int parallel = 1;   // sequences decoded together
   int chunk = 512;    // tokens per forward pass (decode rows + prefill chunks)
-  DType cache_type = DType::F32;
+  DType cache_type = DType::BF16;
   uint64_t prefix_cache_bytes = 0;  // --cache-mb
 };
 

@@ -86,7 +86,7 @@ def last_prompt_line():
 
 try:
     start()
-    check("the banner names the model, context, threads and cache", all(w in screen() for w in ("layers", "context", "threads", "cache f32")),
+    check("the banner names the model, context, threads and cache", all(w in screen() for w in ("layers", "context", "threads", "cache bf16")),
           screen())
     keys("hello wrld")
     keys("Left", "Left", "Left", "o")  # Left three times, then type the missing letter in place

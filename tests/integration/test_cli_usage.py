@@ -161,15 +161,19 @@ check("--image on a folder is one error line", run_error(r, "is a folder, not an
 r = run("generate", "-m", vl, "-p", "x", "--video", SCRATCH)
 check("--video on a folder is one error line", run_error(r, "is a folder, not a video file"), r.stderr)
 
-# inspect: the cache in the type the commands use (f32 unless told), the total for a serve, the RAM.
+# inspect: the cache in the type the commands use (bf16 unless told), the total for a serve, the RAM.
 def per_token(r):
     return int(re.search(r"= ([\d,]+) bytes \(--cache-type", r.stdout).group(1).replace(",", ""))
 
 
-i32 = run("inspect", tiny, "-c", "4096")
-i16 = run("inspect", tiny, "-c", "4096", "--cache-type", "bf16")
-check("inspect counts the cache in the default type (f32: twice bf16)", i32.returncode == 0 and
-      "--cache-type f32" in i32.stdout and per_token(i32) == 2 * per_token(i16), (i32.stdout[-600:], i16.stderr))
+i16 = run("inspect", tiny, "-c", "4096")
+i32 = run("inspect", tiny, "-c", "4096", "--cache-type", "f32")
+i8 = run("inspect", tiny, "-c", "4096", "--cache-type", "fp8")
+check("inspect counts the cache in the default type (bf16; f32 twice that)", i16.returncode == 0 and
+      "--cache-type bf16" in i16.stdout and per_token(i32) == 2 * per_token(i16), (i16.stdout[-600:], i32.stderr))
+# fp8: a byte per element (half of bf16) plus a scale byte per vector: K, V of 4 layers x 2 heads, 3 index keys.
+check("inspect counts the fp8 cache: half of bf16 plus a scale byte per vector",
+      per_token(i8) == per_token(i16) // 2 + 2 * 4 * 2 + 3, i8.stdout[-600:])
 ip = run("inspect", tiny, "-c", "4096", "--parallel", "4", "--cache-mb", "0", "--ram", "64")
 check("inspect totals weights + P caches + prefix cache and says it fits", ip.returncode == 0 and
       "4 sequence cache(s)" in ip.stdout and "fits          in --ram 64.00 GiB" in ip.stdout, ip.stdout[-500:])

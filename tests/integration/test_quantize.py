@@ -50,7 +50,7 @@ def fresh(name):
 
 def logits(model, ids):
     out = os.path.join(SCRATCH, os.path.basename(model) + ".npy")
-    run("logits", "-m", model, "--tokens", ",".join(map(str, ids)), "--out", out)
+    run("logits", "-m", model, "--tokens", ",".join(map(str, ids)), "--out", out, "--cache-type", "f32")
     return np.load(out).astype(np.float64)
 
 

@@ -23,6 +23,10 @@ deterministic) so that every selection margin in the reference is >= M3_REF_TIE_
 2e-5, ~5x the fp32 score error measured with the reference in float32); exact ties are covered by
 the reference selftest and the engine's unit tests instead.
 
+fp8 cache (tiny16-fp8): the same with `--cache-type fp8` against cache_dtype="fp8", which rounds each
+vector to E4M3 under its power-of-two scale as the cache stores it; an E4M3 step is 2^-4 relative,
+so a boundary flip moves one element of one key by ~6%, still far below 2e-3 of the logits.
+
 bf16 cache (tiny16-bf16): the same tiny checkpoint run with `m3 logits --cache-type bf16` (prefill
 and decode modes) against the reference with cache_dtype="bf16", which rounds K, V and index keys to
 bf16 the way the cache stores them. Same tolerances: the rounding is modelled, so what remains is fp32
@@ -248,6 +252,10 @@ def main():
                ["--preset", "tiny", "--seed", "8", "--block-size", "128", "--topk", "16"], base_seed=2000)
     test_model(res, table, m3, scratch, "tiny16-bf16", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
                cache_type="bf16", mode_names=("prefill", "decode"))
+    # The fp8 cache: K, V and index keys stored as E4M3 with a power-of-two scale per vector; the
+    # reference rounds them the same way (round_to_fp8_cache), so what remains is fp32 noise.
+    test_model(res, table, m3, scratch, "tiny16-fp8", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
+               cache_type="fp8", mode_names=("prefill", "decode"))
     # The official MXFP8 release's layout: E4M3 linears with UE8M0 block scales, dequantized by the
     # reference on its own (e4m3_to_float64), so the engine's MXFP8 path is checked against float64.
     test_model(res, table, m3, scratch, "tiny16-mxfp8", ["--preset", "tiny", "--seed", "7", "--weights", "mxfp8"],

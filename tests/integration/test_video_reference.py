@@ -164,7 +164,8 @@ def main():
     def run(name, text, media, extra=()):
         """media: list of (kind, path, fps, expected embedding, timestamps) in stream order."""
         out, vout, tout = scratch(f"{name}.npy"), scratch(f"{name}.vis.npy"), scratch(f"{name}.ids.txt")
-        args = ["logits", "-m", ck, "--text", text, "--out", out, "--vision-out", vout, "--tokens-out", tout, *extra]
+        args = ["logits", "-m", ck, "--text", text, "--out", out, "--vision-out", vout, "--tokens-out", tout,
+                "--cache-type", "f32", *extra]  # the reference keeps K/V in float64
         for kind, path, *_ in media:
             args += [f"--{kind}", path]
         m3(*args)
@@ -240,7 +241,7 @@ def main():
     want_s = vs.forward(pv4s, g4)
     out_s, vout_s, tout_s = scratch("small.npy"), scratch("small.vis.npy"), scratch("small.ids.txt")
     m3("logits", "-m", ck_s, "--text", "]<]video[>[ Describe.", "--video", mp4, "--video-fps", "4", "--out", out_s,
-       "--vision-out", vout_s, "--tokens-out", tout_s)
+       "--vision-out", vout_s, "--tokens-out", tout_s, "--cache-type", "f32")
     r = rel(np.load(vout_s), want_s)
     report("small-vl @ 4 fps: vision embeddings vs float64 reference", r <= TOL, f"rel err {r:.2e}")
     ids_s = [int(v) for v in open(tout_s).read().strip().split(",")]

@@ -131,7 +131,8 @@ def main():
 
     def check_run(name, text, images, emb_rows, extra=()):
         out, vout, tout = (os.path.join(SCRATCH, f"{name}.{x}") for x in ("npy", "vis.npy", "ids.txt"))
-        args = ["logits", "-m", ck, "--text", text, "--out", out, "--vision-out", vout, "--tokens-out", tout, *extra]
+        args = ["logits", "-m", ck, "--text", text, "--out", out, "--vision-out", vout, "--tokens-out", tout,
+                "--cache-type", "f32", *extra]  # the reference keeps K/V in float64
         for p in images:
             args += ["--image", p]
         m3(*args)
@@ -199,7 +200,7 @@ def main():
     want = vs.forward(pv, grid)
     out, vout, tout = (os.path.join(SCRATCH, f"small.{x}") for x in ("npy", "vis.npy", "ids.txt"))
     m3("logits", "-m", ck_small, "--text", "Look: ]<]image[>[", "--image", imgs[0], "--out", out,
-       "--vision-out", vout, "--tokens-out", tout)
+       "--vision-out", vout, "--tokens-out", tout, "--cache-type", "f32")
     r = rel(np.load(vout), want)
     report("small-vl: vision embeddings vs float64 reference", r <= TOL, f"rel err {r:.2e}")
     ids = [int(v) for v in open(tout).read().strip().split(",")]

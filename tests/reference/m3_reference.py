@@ -15,10 +15,12 @@ GN is the Gemma RMSNorm x * (mean(x^2) + eps)^-1/2 * (1 + w). Weights are read i
 cache_dtype="bf16" models a bf16 KV cache (spec §2.6, the engine's --cache-type bf16): K (after norm
 and RoPE), V and the index keys are rounded to bf16 (nearest even, via fp32 as the engine stores
 fp32 values) before attention and block selection read them; everything else stays float64.
+cache_dtype="fp8" models the engine's fp8 cache the same way: each token's key and value per KV head
+and its index key become E4M3 times a power-of-two scale per vector (round_to_fp8_cache).
 
 Command line:
   /usr/bin/python3 tests/reference/m3_reference.py --model DIR (--tokens 1,2,3 | --tokens-file F)
-      --out logits.npy [--selection-out sel.npz] [--dtype float64|float32] [--cache-dtype f32|bf16]
+      --out logits.npy [--selection-out sel.npz] [--dtype float64|float32] [--cache-dtype f32|bf16|fp8]
 """
 import argparse
 import json
@@ -76,6 +78,33 @@ def round_to_bf16(x):
     out = (bits & 0xFFFFFFFF).astype(np.uint32).view(np.float32)
     out = np.where(np.isnan(f), f, out)  # NaN stays NaN
     return out.astype(x.dtype)
+
+
+def round_to_e4m3(x):
+    """Round to the nearest OCP E4M3 value (ties to even), saturating at +-448: 3 mantissa bits, the
+    smallest normal 2^-6, subnormal steps of 2^-9. x is float64 (exact for the float32 inputs)."""
+    x = np.asarray(x, dtype=np.float64)
+    a = np.abs(x)
+    e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    e = np.maximum(e, -6.0)  # below 2^-6 the steps are those of the subnormals
+    step = 2.0 ** (e - 3)
+    r = np.rint(a / step) * step  # np.rint rounds half to even
+    return np.sign(x) * np.minimum(r, 448.0)
+
+
+def round_to_fp8_cache(x):
+    """What the engine's fp8 cache stores for each vector along the last axis (one token's key,
+    value or index key of one head): the vector (first an fp32, as the engine computes it) over its
+    power-of-two scale 2^e, the smallest with max|x| / 2^e <= 448 (e in [-126, 127]), rounded to
+    E4M3, times 2^e."""
+    f = np.asarray(x).astype(np.float32).astype(np.float64)
+    amax = np.abs(f).max(axis=-1, keepdims=True)
+    e = np.where(amax > 0, np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / 448.0)), 0.0)
+    e = np.where(amax > 448.0 * 2.0 ** (e - 1), e, e - 1)   # log2's rounding, both ways
+    e = np.where(amax > 448.0 * 2.0 ** e, e + 1, e)
+    e = np.clip(e, -126, 127)
+    scale = 2.0 ** e
+    return (round_to_e4m3(f / scale) * scale).astype(np.asarray(x).dtype)
 
 
 def read_safetensors_header(path):
@@ -449,8 +478,8 @@ def moe_route(router_logits, bias, top_k, scaling):
 
 class M3Reference:
     def __init__(self, model_dir, dtype=np.float64, cache_dtype="f32"):
-        if cache_dtype not in ("f32", "bf16"):
-            raise ValueError(f"cache_dtype must be f32 or bf16, not {cache_dtype!r}")
+        if cache_dtype not in ("f32", "bf16", "fp8"):
+            raise ValueError(f"cache_dtype must be f32, bf16 or fp8, not {cache_dtype!r}")
         self.ckpt = Checkpoint(model_dir)
         self.cfg = TextConfig(self.ckpt.config)
         self.dtype = dtype
@@ -458,6 +487,8 @@ class M3Reference:
 
     def _cached(self, x):
         """What reading x back from the KV cache gives: x itself, or x rounded to bf16."""
+        if self.cache_dtype == "fp8":
+            return round_to_fp8_cache(x)
         return round_to_bf16(x) if self.cache_dtype == "bf16" else x
 
     def w(self, name, shape=None):
@@ -595,7 +626,7 @@ def main(argv=None):
     ap.add_argument("--selection-out", help="optional .npz: per MSA layer selected blocks [groups, T, blocks] "
                     "and selection margins")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
-    ap.add_argument("--cache-dtype", choices=["f32", "bf16"], default="f32",
+    ap.add_argument("--cache-dtype", choices=["f32", "bf16", "fp8"], default="f32",
                     help="bf16: round K, V and index keys to bf16 as a bf16 KV cache stores them")
     ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args(argv)

@@ -231,6 +231,64 @@ TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
       }
 }
 
+// E4M3 K/V with a power-of-two scale per key (per value row) must give exactly what the same kernel
+// gives on their dequantized fp32 copy: the scale multiplies a key's score (a value row's weight)
+// instead of its elements, which for a power of two changes no bit.
+TEST(AttentionKernels, Fp8KeysAndValuesEqualTheirDequantizedFp32) {
+  std::mt19937 rng(13);
+  auto random_fp8 = [&](size_t n, std::vector<uint8_t>& codes) {
+    codes.resize(n);
+    for (auto& c : codes) {
+      do c = uint8_t(rng()); while ((c & 0x7f) == 0x7f);  // no NaN codes
+    }
+  };
+  auto random_scales = [&](size_t n) {
+    std::vector<uint8_t> s(n);
+    for (auto& x : s) x = uint8_t(118 + rng() % 12);  // 2^-9 .. 2^2
+    return s;
+  };
+  for (int dim : {16, 32, 128, 7})
+    for (int n_keys : {1, 15, 16, 17, 64, 100, 128})
+      for (int nq : {1, 4, 9}) {
+        const int stride = 128;
+        auto q = randn(rng, size_t(nq * dim));
+        std::vector<uint8_t> kb;
+        random_fp8(size_t(dim * stride), kb);
+        const std::vector<uint8_t> ks = random_scales(size_t(stride));
+        std::vector<float> kw(kb.size());
+        for (int d = 0; d < dim; ++d)
+          for (int t = 0; t < stride; ++t)
+            kw[size_t(d * stride + t)] = f8e4m3_to_f32(kb[size_t(d * stride + t)]) * ue8m0_to_f32(ks[size_t(t)]);
+        std::vector<float> S(size_t(nq * stride)), Sw(S.size()), mx(static_cast<size_t>(nq)), mxw(static_cast<size_t>(nq));
+        qk_scores(q.data(), nq, dim, kb.data(), ks.data(), stride, n_keys, S.data(), stride);
+        qk_scores(q.data(), nq, dim, kw.data(), stride, n_keys, Sw.data(), stride);
+        qk_block_max(q.data(), nq, dim, kb.data(), ks.data(), stride, n_keys, mx.data());
+        qk_block_max(q.data(), nq, dim, kw.data(), stride, n_keys, mxw.data());
+        for (int i = 0; i < nq; ++i)
+          for (int t = 0; t < n_keys; ++t)
+            ASSERT_EQ(S[size_t(i * stride + t)], Sw[size_t(i * stride + t)]) << "dim " << dim << " keys " << n_keys;
+        EXPECT_TRUE(same_bits(mx, mxw)) << "dim " << dim << " keys " << n_keys << " nq " << nq;
+      }
+  for (int hd : {16, 32, 48, 128, 112, 12})
+    for (int n_keys : {1, 17, 48})
+      for (int heads : {1, 2, 3, 5, 8}) {
+        const int ld = 48;
+        auto P = randn(rng, size_t(heads * ld));
+        std::vector<uint8_t> vb;
+        random_fp8(size_t(n_keys * hd), vb);
+        const std::vector<uint8_t> vs = random_scales(size_t(n_keys));
+        std::vector<float> vw(vb.size());
+        for (int t = 0; t < n_keys; ++t)
+          for (int d = 0; d < hd; ++d)
+            vw[size_t(t * hd + d)] = f8e4m3_to_f32(vb[size_t(t * hd + d)]) * ue8m0_to_f32(vs[size_t(t)]);
+        auto o0 = randn(rng, size_t(heads * hd));
+        std::vector<float> o = o0, ow = o0;
+        pv_accumulate(P.data(), heads, ld, n_keys, vb.data(), vs.data(), hd, o.data());
+        pv_accumulate(P.data(), heads, ld, n_keys, vw.data(), hd, ow.data());
+        ASSERT_TRUE(same_bits(o, ow)) << "hd " << hd << " keys " << n_keys << " heads " << heads;
+      }
+}
+
 namespace {
 
 // Every CPU path this machine runs, each with its own table (M3_CPU does not matter here).
@@ -378,7 +436,7 @@ struct NaiveCase {
   int block = 16, topk = 4, q_heads = 4, kv_heads = 2, head_dim = 32, index_dim = 32;
   int64_t context = 0;  // tokens before the run
   int64_t rows = 1;
-  DType cache = DType::F32;  // BF16: the naive model reads K, V and index keys rounded to bf16
+  DType cache = DType::F32;  // BF16, F8_E4M3: the naive model reads K, V and index keys as stored
 };
 
 double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
@@ -410,6 +468,13 @@ double run_case(const NaiveCase& c, bool sparse, int threads, uint32_t seed) {
     cache.write_index_k(0, t, IK.data() + t * c.index_dim);
   }
   cache.set_length(T);
+  if (c.cache == DType::F8_E4M3) {  // the naive model reads what the cache holds (each vector dequantized)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int g = 0; g < c.kv_heads; ++g)
+        cache.read_kv(0, t, g, K.data() + (t * c.kv_heads + g) * c.head_dim, V.data() + (t * c.kv_heads + g) * c.head_dim);
+      cache.read_index_k(0, t, IK.data() + t * c.index_dim);
+    }
+  }
   auto Q = randn(rng, size_t(c.rows * c.q_heads * c.head_dim));
   auto IQ = randn(rng, size_t(c.rows * c.kv_heads * c.index_dim));
   for (float& x : IQ) x = std::round(x * 2.0f) / 2.0f;
@@ -549,6 +614,31 @@ TEST(MsaAttention, Bf16CacheMatchesNaiveSpecOnRoundedValues) {
   odd.context = 95;
   odd.rows = 11;
   EXPECT_LT(run_case(odd, true, 2, 10), 2e-5);
+}
+
+// An fp8 cache: selection and attention on its E4M3 values with per-vector scales match the naive
+// model on the values the cache holds (read back dequantized), at the tiny, M3 and odd shapes.
+TEST(MsaAttention, Fp8CacheMatchesNaiveSpecOnTheStoredValues) {
+  struct Shape { int64_t context, rows; };
+  const Shape shapes[] = {{0, 37}, {63, 2}, {65, 30}, {150, 57}, {300, 1}};
+  uint32_t seed = 400;
+  for (const Shape& s : shapes)
+    for (bool sparse : {true, false}) {
+      NaiveCase c;
+      c.cache = DType::F8_E4M3;
+      c.context = s.context;
+      c.rows = s.rows;
+      EXPECT_LT(run_case(c, sparse, 2, seed++), 2e-5) << "context " << s.context << " rows " << s.rows;
+    }
+  EXPECT_LT(run_case(m3_case(2, 16 * 128 + 50, 3, DType::F8_E4M3), true, 2, 11), 2e-5);
+  NaiveCase odd;  // head_dim not a multiple of 16, a block of 10 keys
+  odd.cache = DType::F8_E4M3;
+  odd.head_dim = 24;
+  odd.index_dim = 20;
+  odd.block = 10;
+  odd.context = 95;
+  odd.rows = 11;
+  EXPECT_LT(run_case(odd, true, 2, 12), 2e-5);
 }
 
 TEST(MsaAttention, DecodeSplitAcrossMoreThreadsThanGroupsMatchesNaiveSpec) {

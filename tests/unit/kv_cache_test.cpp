@@ -1,5 +1,5 @@
 // The KV cache: bf16 values are rounded to nearest even when written, read back widened, pages are
-// half the bytes of an fp32 cache; a prefix cache shares its source's whole pages, keeps every
+// half the bytes of an fp32 cache; fp8 values are E4M3 times a power-of-two scale per vector; a prefix cache shares its source's whole pages, keeps every
 // bit, and a write never reaches a page another cache holds (copy on write).
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 
 #include "m3/dtype.h"
 #include "m3/error.h"
+#include "format/mxfp8_quantize.h"
 #include "memory/kv_cache.h"
 
 using namespace m3;
@@ -116,6 +117,69 @@ TEST(KvCacheBf16, Fp32CacheStoresExactlyAndBf16HalvesTheBytes) {
       for (int d = 0; d < 5; ++d) EXPECT_EQ(bi[d], round_to_bf16(fi[d]));
     }
   EXPECT_THROW(f.v_block(0, 0, 0).as<uint16_t>(), Error);
+}
+
+// The fp8 cache: each vector is E4M3 times its own power-of-two scale, the smallest that keeps the
+// vector within 448; reading back gives those values; pages are half a bf16 cache's plus a byte
+// of scale per vector.
+TEST(KvCacheFp8, StoresE4m3TimesAPowerOfTwoScalePerVector) {
+  ASSERT_EQ(parse_cache_type("fp8"), DType::F8_E4M3);
+  EXPECT_STREQ(cache_type_name(DType::F8_E4M3), "fp8");
+  KvCacheShape shape = shape_of(DType::F8_E4M3);
+  shape.head_dim = 32;
+  KvCache c(shape);
+  c.ensure_capacity(4);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d;
+  for (float amp : {1.0f, 1000.0f, 1e-5f, 0.0f}) {
+    std::vector<float> k(32), v(32), rk(32), rv(32);
+    for (auto& x : k) x = amp * d(rng);
+    for (auto& x : v) x = amp * d(rng);
+    k[3] = 0.0f;
+    c.write_kv(0, 1, 1, k.data(), v.data());
+    c.read_kv(0, 1, 1, rk.data(), rv.data());
+    for (const auto& [x, r] : {std::pair{&k, &rk}, std::pair{&v, &rv}}) {
+      const uint8_t s = fp8_vector_scale(x->data(), 32);
+      float amax = 0;
+      for (float e : *x) amax = std::max(amax, std::fabs(e));
+      if (amax > 0) {  // the smallest scale that fits
+        EXPECT_LE(amax / ue8m0_to_f32(s), 448.0f);
+        EXPECT_GT(amax / ue8m0_to_f32(uint8_t(s - 1)), 448.0f);
+      } else {
+        EXPECT_EQ(s, 127);
+      }
+      for (int i = 0; i < 32; ++i) {
+        const float want = f8e4m3_to_f32(f32_to_f8e4m3((*x)[size_t(i)] / ue8m0_to_f32(s))) * ue8m0_to_f32(s);
+        EXPECT_EQ((*r)[size_t(i)], want) << "amp " << amp << " i " << i;
+        EXPECT_LE(std::fabs((*r)[size_t(i)] - (*x)[size_t(i)]), std::fabs((*x)[size_t(i)]) / 16 + amax / 448 / 512)
+            << "amp " << amp;
+      }
+    }
+    EXPECT_EQ(rk[3], 0.0f);
+  }
+  // The kernels' view: E4M3 codes plus the key's scale in the page.
+  std::vector<float> k(32, 0.5f), v(32, 2.0f);
+  c.write_kv(1, 2, 0, k.data(), v.data());
+  const CachePageView kt = c.k_block_t(1, 0, 0), vv = c.v_block(1, 0, 0);
+  EXPECT_EQ(f8e4m3_to_f32(kt.as<uint8_t>()[5 * 4 + 2]) * ue8m0_to_f32(kt.scales[2]), 0.5f);
+  EXPECT_EQ(f8e4m3_to_f32(vv.as<uint8_t>()[2 * 32 + 7]) * ue8m0_to_f32(vv.scales[2]), 2.0f);
+  EXPECT_THROW(kt.as<uint16_t>(), Error);
+  KvCache b(shape_of(DType::BF16)), f8(shape_of(DType::F8_E4M3));
+  fill(b, 9, 3);
+  fill(f8, 9, 3);
+  // fp8 stores a byte per element where bf16 stores two, plus a scale byte per vector: 6 KV pages
+  // (2 layers x 3 blocks) of K and V for 2 heads x 4 slots, and 3 index pages of 4 slots.
+  const uint64_t vectors = 6 * (2 * 2 * 4) + 3 * 4;
+  EXPECT_EQ(f8.bytes() * 2, b.bytes() + 2 * vectors);
+  // A copied prefix keeps the codes and the scales.
+  auto p = KvCache::prefix_of(f8, 6);
+  float a[3], bb[3], a2[3], b2[3];
+  for (int64_t pos = 0; pos < 6; ++pos) {
+    f8.read_kv(0, pos, 1, a, bb);
+    p->read_kv(0, pos, 1, a2, b2);
+    EXPECT_EQ(0, std::memcmp(a, a2, sizeof a));
+    EXPECT_EQ(0, std::memcmp(bb, b2, sizeof bb));
+  }
 }
 
 TEST(KvCacheBf16, CopiedPrefixKeepsEveryBit) {

@@ -25,7 +25,7 @@
 #include "bench_util.h"
 #include "commands.h"
 #include "usage.h"
-#include "format/mxfp8_quantize.h"
+#include "format/quantize.h"
 #include "format/weight_format.h"
 #include "kernels/matmul.h"
 
@@ -52,7 +52,7 @@ struct Options {
   int64_t stream_mib = 256;  // weight copies cycled per shape, so that each repetition reads DRAM
   std::string clock = "wall";
   std::string output = "md";
-  std::string weights = "bf16";  // or mxfp8 (the release's layout: 1 + 1/32 bytes per weight)
+  std::string weights = "bf16";  // or any format quantize_row writes (mxfp8, affine4, ...)
 };
 
 struct Row {
@@ -89,7 +89,10 @@ void run_bench(const Options& o) {
   BenchReport report(report_format_of(o.output));
   report.machine_facts(pool.size(), {bw / 1e9, peak / 1e9});
   report.fact("weights", o.weights);
-  const bool mx = o.weights == "mxfp8";
+  const WeightFormat* format = o.weights == "affine4"   ? affine_format(4, 64)
+                               : o.weights == "affine8" ? affine_format(8, 64)
+                                                        : find_weight_format(o.weights);
+  M3_CHECK(format != nullptr && can_quantize_to(*format), "bench matmul: --weights: unknown format ", o.weights);
   report.fact("reps", reps);
   report.fact("clock", clock.cpu ? "cpu" : "wall");
 
@@ -99,22 +102,26 @@ void run_bench(const Options& o) {
   for (size_t si = 0; si < shapes.size(); ++si) {
     const std::string& shape = shapes[si];
     const auto [N, K] = nks[si];
-    M3_CHECK(!mx || K % 32 == 0, "bench matmul: MXFP8 needs K a multiple of 32, got ", K);
-    const size_t wbytes = mx ? size_t(N * K) + size_t(N * K / 32) : size_t(N * K) * 2;
+    M3_CHECK(K % format->block_cols == 0 && K % format->weights_per_element == 0, "bench matmul: ", format->name,
+             " needs K a multiple of ", format->block_cols, ", got ", K);
+    // Per copy: the main tensor, then each side tensor (quantized from the same random rows).
+    std::vector<size_t> side_at, side_row;
+    size_t wbytes = size_t(N * format->row_bytes(K));
+    for (const SideTensorSpec& sd : format->side) {
+      side_row.push_back(size_t(K / format->block_cols * sd.per_block) * dtype_size(sd.dtype));
+      side_at.push_back(wbytes);
+      wbytes += size_t(N) * side_row.back();
+    }
     const int copies = int(std::max<int64_t>(1, (o.stream_mib << 20) / int64_t(wbytes) + 1));
-    // Per copy: bf16 values, or MXFP8 (E4M3 bytes, then one UE8M0 scale per 32 of them).
     std::vector<std::vector<uint8_t>> weights(static_cast<size_t>(copies));
     for (auto& wc : weights) {
       wc.resize(wbytes);
-      if (mx) {
-        std::vector<float> row(static_cast<size_t>(K));
-        for (int64_t r = 0; r < N; ++r) {
-          for (float& v : row) v = 0.02f * dist(rng);
-          mxfp8_quantize_row(row.data(), K, wc.data() + r * K, wc.data() + N * K + r * (K / 32));
-        }
-      } else {
-        uint16_t* h = reinterpret_cast<uint16_t*>(wc.data());
-        for (int64_t i = 0; i < N * K; ++i) h[i] = f32_to_bf16(0.02f * dist(rng));
+      std::vector<float> row(static_cast<size_t>(K));
+      std::vector<uint8_t*> side(format->side.size());
+      for (int64_t r = 0; r < N; ++r) {
+        for (float& v : row) v = 0.02f * dist(rng);
+        for (size_t i = 0; i < side.size(); ++i) side[i] = wc.data() + side_at[i] + size_t(r) * side_row[i];
+        quantize_row(*format, row.data(), K, wc.data() + r * format->row_bytes(K), side.data());
       }
     }
     for (const long long M : ms) {
@@ -124,15 +131,11 @@ void run_bench(const Options& o) {
       for (int r = 0; r < reps + 1; ++r) {
         const uint8_t* data = weights[size_t(r % copies)].data();
         LinearWeight w;
-        if (mx) {
-          w.format = &mxfp8_format();
-          w.data = data;
-          w.side[0] = data + N * K;
-          w.rows = N;
-          w.cols = K;
-        } else {
-          w = dense_weight(DType::BF16, data, N, K);
-        }
+        w.format = format;
+        w.data = data;
+        for (size_t i = 0; i < side_at.size(); ++i) w.side[i] = data + side_at[i];
+        w.rows = N;
+        w.cols = K;
         const double t0 = clock.now();
         matmul(pool, x.data(), M, w, y.data());
         if (r > 0) times.push_back(clock.since(t0));  // the first run warms up
@@ -164,7 +167,7 @@ void run_bench(const Options& o) {
 void register_bench_matmul(CLI::App* bench) {
   auto opts = std::make_shared<Options>();
   CLI::App* cmd = bench->add_subcommand(
-      "matmul", "Weight matmul throughput (bf16 or MXFP8) for M = 1..512 against measured bandwidth and FMA peak");
+      "matmul", "Weight matmul throughput (bf16, MXFP8 or affine) for M = 1..512 against measured bandwidth and FMA peak");
   cmd->add_option("-t,--threads", opts->threads, "Threads (default: all cores)");
   cmd->add_option("-r,--reps", opts->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   cmd->add_option("-m,--m", opts->ms, "Batch sizes M (rows of x), comma-separated")->capture_default_str();
@@ -176,8 +179,10 @@ void register_bench_matmul(CLI::App* bench) {
       ->capture_default_str();
   cmd->add_option("--clock", opts->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->capture_default_str();
-  cmd->add_option("--weights", opts->weights, "bf16, or mxfp8 (the official release's layout)")
-      ->check(CLI::IsMember({"bf16", "mxfp8"}))->capture_default_str();
+  cmd->add_option("--weights", opts->weights,
+                  "bf16, mxfp8 (the official release's layout), affine4 / affine8 (mlx-lm's, groups of 64) or "
+                  "affine<4|8>-g<32|64|128>")
+      ->capture_default_str();
   add_report_option(cmd, opts->output);
   cmd->callback([opts] { run_bench(*opts); });
 }

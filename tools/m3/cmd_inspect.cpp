@@ -272,13 +272,17 @@ void run_inspect(const InspectArgs& a) {
   // longest the model was configured for.
   const DType cache_type = cache_type_of(a.cache_type);
   const uint64_t elem = dtype_size(cache_type);
-  const uint64_t kv_token = n.kv_bytes_per_token / 2 * elem, ik_token = n.index_k_bytes_per_token / 2 * elem;
+  // fp8 adds one scale byte per stored vector: K and V per layer and KV head, an index key per MSA layer.
+  const bool fp8 = cache_type == DType::F8_E4M3;
+  const uint64_t kv_token = n.kv_bytes_per_token / 2 * elem + (fp8 ? 2ull * t.num_hidden_layers * t.num_key_value_heads : 0);
+  const uint64_t ik_token = n.index_k_bytes_per_token / 2 * elem + (fp8 ? uint64_t(msa_layers) : 0);
   const uint64_t ctx = context_arg > 0 ? uint64_t(context_arg) : uint64_t(t.max_position_embeddings);
   const uint64_t layer_kv = 2ull * t.num_key_value_heads * t.head_dim * 2;  // K + V, bf16, one layer
-  std::printf("\ncache per token KV %s bytes (%d layers x K,V x %d heads x %d x %s) + index K %s bytes "
-              "(%d MSA layers x %d x %s) = %s bytes (--cache-type %s)\n",
+  const char* per_vector = fp8 ? " + a scale byte each" : "";
+  std::printf("\ncache per token KV %s bytes (%d layers x K,V x %d heads x %d x %s%s) + index K %s bytes "
+              "(%d MSA layers x %d x %s%s) = %s bytes (--cache-type %s)\n",
               commas(kv_token).c_str(), t.num_hidden_layers, t.num_key_value_heads, t.head_dim, a.cache_type.c_str(),
-              commas(ik_token).c_str(), msa_layers, s.sparse_index_dim, a.cache_type.c_str(),
+              per_vector, commas(ik_token).c_str(), msa_layers, s.sparse_index_dim, a.cache_type.c_str(), per_vector,
               commas(kv_token + ik_token).c_str(), a.cache_type.c_str());
   std::printf("context N       %s tokens%s%s\n", commas(ctx).c_str(),
               context_arg > 0 ? "" : " (max_position_embeddings; set with -c/--ctx-size)",

@@ -20,9 +20,9 @@ void add_run_options(CLI::App* cmd, RunOptions& o, const std::string& ctx_help, 
   cmd->add_option(ctx_names, o.ctx_size, ctx_help)->check(NonNegative());
   add_cache_type_option(cmd, o.cache_type);
   cmd->add_option("--cache-type-k", o.cache_type_k, "llama.cpp's -ctk: the K cache type; must equal --cache-type-v (one type here)")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   cmd->add_option("--cache-type-v", o.cache_type_v, "llama.cpp's -ctv: the V cache type; must equal --cache-type-k")
-      ->check(CLI::IsMember({"f32", "bf16"}));
+      ->check(CLI::IsMember({"f32", "bf16", "fp8"}));
   cmd->add_flag("--no-mmap", o.no_mmap, "Read the weights into memory instead of mapping them");
   cmd->add_flag("--mlock", o.mlock, "Lock the weights in RAM (needs a high enough ulimit -l)");
   cmd->add_flag("-v,--verbose", o.verbose, "Print the startup summary and more detail on stderr");
