@@ -230,7 +230,9 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
         a.y = y + m * N + n;
         a.y_stride = N;
         a.y_col_stride = row_step;
-        kern.run(w.element(), int(std::min<int64_t>(mr, mrows - m)), nt, a);
+        const int rows_here = int(std::min<int64_t>(mr, mrows - m));
+        if (plan.blocked_tile != nullptr) plan.blocked_tile(w, n, row_step, rows_here, nt, a);
+        else kern.run(w.element(), rows_here, nt, a);
       }
     };
     for (int64_t r = 0; r < run; ++r) tile(n0 + r, streams, run);
@@ -352,10 +354,10 @@ void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const fl
                 int64_t M, const LinearWeight& w, float* y) {
   const TileKernels& kern = kernels_for(tile_tables().path_of(path));
   const WeightFormat& f = *w.format;
-  M3_CHECK(f.dense() || (f.dequantize_cols != nullptr && plan.blocked && kBlock % f.weights_per_element == 0 &&
-                         (kBlock % f.block_cols == 0 || f.block_cols % kBlock == 0)),
+  M3_CHECK(f.dense() || (f.dequantize_cols != nullptr && (plan.blocked || plan.blocked_tile != nullptr) &&
+                         kBlock % f.weights_per_element == 0 && (kBlock % f.block_cols == 0 || f.block_cols % kBlock == 0)),
            "matmul: the tile kernels take dense weights, or blocked formats with dequantize_cols through panel tiles "
-           "(32-column chunks), not ", f.name);
+           "or their own direct tiles (32-column chunks), not ", f.name);
   const int64_t N = w.rows, K = w.cols;
   if (M <= 0 || N <= 0) return;
   const int64_t K32 = round_up(K, kBlock);
@@ -395,17 +397,25 @@ void dense_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t*
                             y);
 }
 
-// Blocked formats of one weight per element (MXFP8) on every path: their exact dequantization
-// widens each chunk into the fp32 panel, and the path's panel tiles do the arithmetic, in the F32
-// lane order, for every batch size (the result does not depend on M).
+// Blocked formats (MXFP8, affine) on every path: their exact dequantization widens each chunk into
+// the fp32 panel, and the path's panel tiles do the arithmetic, in the F32 lane order; small
+// batches use the format's direct tiles instead, which widen in registers to the same values (the
+// result does not depend on M).
 void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
                     const LinearWeight& w, float* y) {
   matmul_detail::MatmulPlan plan = matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
-  plan.blocked = true;
   const CpuPath tiles = matmul_detail::tile_tables().path_of(path);
-  if (w.format == &mxfp8_format()) plan.fill = matmul_detail::mxfp8_panel_fill(tiles);
-  else if (const std::optional<AffineParams> a = affine_params(*w.format))
+  if (w.format == &mxfp8_format()) {
+    plan.fill = matmul_detail::mxfp8_panel_fill(tiles);
+    plan.blocked_tile = matmul_detail::mxfp8_direct_tile(tiles);
+  } else if (const std::optional<AffineParams> a = affine_params(*w.format)) {
     plan.fill = matmul_detail::affine_panel_fill(tiles, a->bits);
+    plan.blocked_tile = matmul_detail::affine_direct_tile(tiles, a->bits);
+  }
+  // Small batches (decode) take the direct tiles where the path has them, as dense weights do;
+  // the rest, and paths without them, the panel tiles. Both give the same bits.
+  if (plan.blocked_tile == nullptr) plan.blocked = true;
+  if (plan.blocked) plan.blocked_tile = nullptr;
   matmul_detail::matmul_run(path, plan, pool, x, rows, M, w, y);
 }
 

@@ -13,6 +13,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/matmul_blocked_tile.h"
+
 #include <cstdlib>
 
 #define M3_AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -101,7 +103,56 @@ M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, i
     }
 }
 
+// The direct tiles' view of the affine formats (matmul_blocked_tile.h).
+template <int Bits>
+struct AffinePolicy {
+  static constexpr int kBlockBytes = kBlock * Bits / 8;
+  struct Rows {
+    RowPointers p;
+    int64_t group;
+    Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr) : p(w, n, row_step, nr), group(w.format->block_cols) {}
+  };
+  static void prefetch(const Rows& r, int j, int64_t kb) {
+    _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
+  }
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, __m512& w0, __m512& w1) {
+    const int64_t g = kb * kBlock / r.group;
+    const __m512 s = _mm512_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(r.p.biases[j][g]));
+    __m128i lo, hi;
+    unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);
+    w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, b);
+    w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, b);
+  }
+  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, __m256 (&v)[4]) {
+    const int64_t g = kb * kBlock / r.group;
+    const __m256 s = _mm256_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(r.p.biases[j][g]));
+    __m128i lo, hi;
+    unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);
+    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i])), s, b);
+  }
+};
+
+constexpr blocked::Table kDirect512x4 = blocked::make_table<AffinePolicy<4>, true>();
+constexpr blocked::Table kDirect512x8 = blocked::make_table<AffinePolicy<8>, true>();
+constexpr blocked::Table kDirect256x4 = blocked::make_table<AffinePolicy<4>, false>();
+constexpr blocked::Table kDirect256x8 = blocked::make_table<AffinePolicy<8>, false>();
+
+template <const blocked::Table& T>
+void direct(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
+  blocked::run(T, w, n, row_step, mr, nr, a);
+}
+
 }  // namespace
+
+BlockedTile affine_direct_tile(CpuPath path, int bits) {
+  if (bits != 4 && bits != 8) return nullptr;
+  switch (path) {
+    case CpuPath::Avx2: return bits == 4 ? &direct<kDirect256x4> : &direct<kDirect256x8>;
+    case CpuPath::Avx512: return bits == 4 ? &direct<kDirect512x4> : &direct<kDirect512x8>;
+    default: return nullptr;
+  }
+}
 
 PanelFill affine_panel_fill(CpuPath path, int bits) {
   if (bits != 4 && bits != 8) return nullptr;
@@ -118,6 +169,7 @@ PanelFill affine_panel_fill(CpuPath path, int bits) {
 
 namespace m3::matmul_detail {
 PanelFill affine_panel_fill(CpuPath, int) { return nullptr; }
+BlockedTile affine_direct_tile(CpuPath, int) { return nullptr; }
 }  // namespace m3::matmul_detail
 
 #endif

@@ -20,6 +20,8 @@
 
 #include <immintrin.h>
 
+#include "kernels/matmul_blocked_tile.h"
+
 #include <cmath>
 #include <cstdlib>
 
@@ -62,12 +64,24 @@ M3_AVX2 inline bool has_nan_code(const uint8_t* q) {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(mag, _mm256_set1_epi8(0x7f))) != 0;
 }
 
-// 8 E4M3 bytes as F16 bits (value x 2^-8), widened to fp32.
-M3_AVX2 inline __m256 e4m3x8(const uint8_t* p) {
-  const __m128i v = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-  const __m128i h = _mm_or_si128(_mm_and_si128(_mm_slli_epi16(v, 8), _mm_set1_epi16(int16_t(0x8000))),
-                                 _mm_and_si128(_mm_slli_epi16(v, 7), _mm_set1_epi16(0x3f80)));
-  return _mm256_cvtph_ps(h);
+// 16 E4M3 bytes as F16 bits (value x 2^-8) in one 16 x 16-bit vector, widened to fp32 in halves.
+M3_AVX2 inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi) {
+  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(v, 8), _mm256_set1_epi16(int16_t(0x8000))),
+                                    _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(0x3f80)));
+  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
+  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+}
+
+// A block's 32 values times (s1, then s2 unless it is 1), as lanes 0-7, 8-15, 16-23, 24-31.
+M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)[4]) {
+  e4m3x16(q, v[0], v[1]);
+  e4m3x16(q + 16, v[2], v[3]);
+  const __m256 m1 = _mm256_set1_ps(s1), m2 = _mm256_set1_ps(s2);
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_mul_ps(v[i], m1);
+    if (s2 != 1.0f) v[i] = _mm256_mul_ps(v[i], m2);
+  }
 }
 
 M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
@@ -85,24 +99,20 @@ M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int r
         continue;
       }
       const BlockScale bs = block_scale(s_rows[j][kb]);
-      const __m256 s1 = _mm256_set1_ps(bs.first);
-      if (bs.second == 1.0f) {
-        for (int i = 0; i < kBlock; i += 8) _mm256_store_ps(out + i, _mm256_mul_ps(e4m3x8(q + i), s1));
-      } else {
-        const __m256 s2 = _mm256_set1_ps(bs.second);
-        for (int i = 0; i < kBlock; i += 8)
-          _mm256_store_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(e4m3x8(q + i), s1), s2));
-      }
+      __m256 v[4];
+      e4m3_block(q, bs.first, bs.second, v);
+      for (int i = 0; i < 4; ++i) _mm256_store_ps(out + 8 * i, v[i]);
     }
 }
 
-// 16 E4M3 bytes as F16 bits (value x 2^-8), widened to fp32.
-M3_AVX512 inline __m512 e4m3x16(const uint8_t* p) {
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi) {
+  const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   // (v << 8) & 0x8000 | (v << 7) & 0x3f80 in one ternary-logic op: bits of a where c is set, else of b.
-  const __m256i h = _mm256_ternarylogic_epi32(_mm256_slli_epi16(v, 8), _mm256_slli_epi16(v, 7),
-                                              _mm256_set1_epi16(int16_t(0x8000)), 0xe4);
-  return _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16(int16_t(0xbf80))));
+  const __m512i h = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 8), _mm512_slli_epi16(v, 7),
+                                                               _mm512_set1_epi16(int16_t(0x8000)), 0xe4),
+                                     _mm512_set1_epi16(int16_t(0xbf80)));
+  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
 M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
@@ -121,7 +131,10 @@ M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, i
       }
       const BlockScale bs = block_scale(s_rows[j][kb]);
       const __m512 s1 = _mm512_set1_ps(bs.first), s2 = _mm512_set1_ps(bs.second);
-      __m512 lo = _mm512_mul_ps(e4m3x16(q), s1), hi = _mm512_mul_ps(e4m3x16(q + 16), s1);
+      __m512 lo, hi;
+      e4m3x32(q, lo, hi);
+      lo = _mm512_mul_ps(lo, s1);
+      hi = _mm512_mul_ps(hi, s1);
       if (bs.second != 1.0f) {
         lo = _mm512_mul_ps(lo, s2);
         hi = _mm512_mul_ps(hi, s2);
@@ -131,7 +144,71 @@ M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, i
     }
 }
 
+// The direct tiles' view of MXFP8 (matmul_blocked_tile.h).
+struct Mxfp8Policy {
+  struct Rows {
+    const LinearWeight* w;
+    int64_t n, row_step;
+    const uint8_t* q[kMaxPanelRows];
+    const uint8_t* s[kMaxPanelRows];
+    Rows(const LinearWeight& lw, int64_t first, int64_t step, int nr) : w(&lw), n(first), row_step(step) {
+      row_pointers(lw, first, step, nr, q, s);
+    }
+  };
+  static void prefetch(const Rows& r, int j, int64_t kb) {
+    _mm_prefetch(reinterpret_cast<const char*>(r.q[j] + kb * kBlock + kPrefetchAhead), _MM_HINT_T0);
+  }
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, __m512& w0, __m512& w1) {
+    const uint8_t* q = r.q[j] + kb * kBlock;
+    if (has_nan_code(q)) {
+      alignas(64) float buf[kBlock];
+      block_from_tables(*r.w, r.n + j * r.row_step, kb, buf);
+      w0 = _mm512_load_ps(buf);
+      w1 = _mm512_load_ps(buf + 16);
+      return;
+    }
+    const BlockScale bs = block_scale(r.s[j][kb]);
+    const __m512 s1 = _mm512_set1_ps(bs.first);
+    e4m3x32(q, w0, w1);
+    w0 = _mm512_mul_ps(w0, s1);
+    w1 = _mm512_mul_ps(w1, s1);
+    if (bs.second != 1.0f) {
+      w0 = _mm512_mul_ps(w0, _mm512_set1_ps(bs.second));
+      w1 = _mm512_mul_ps(w1, _mm512_set1_ps(bs.second));
+    }
+  }
+  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, __m256 (&v)[4]) {
+    const uint8_t* q = r.q[j] + kb * kBlock;
+    if (has_nan_code(q)) {
+      alignas(32) float buf[kBlock];
+      block_from_tables(*r.w, r.n + j * r.row_step, kb, buf);
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_load_ps(buf + 8 * i);
+      return;
+    }
+    const BlockScale bs = block_scale(r.s[j][kb]);
+    e4m3_block(q, bs.first, bs.second, v);
+  }
+};
+
+constexpr blocked::Table kDirect512 = blocked::make_table<Mxfp8Policy, true>();
+constexpr blocked::Table kDirect256 = blocked::make_table<Mxfp8Policy, false>();
+
+void direct512(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
+  blocked::run(kDirect512, w, n, row_step, mr, nr, a);
+}
+void direct256(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
+  blocked::run(kDirect256, w, n, row_step, mr, nr, a);
+}
+
 }  // namespace
+
+BlockedTile mxfp8_direct_tile(CpuPath path) {
+  switch (path) {
+    case CpuPath::Avx2: return &direct256;
+    case CpuPath::Avx512: return &direct512;
+    default: return nullptr;
+  }
+}
 
 PanelFill mxfp8_panel_fill(CpuPath path) {
   switch (path) {
@@ -147,6 +224,7 @@ PanelFill mxfp8_panel_fill(CpuPath path) {
 
 namespace m3::matmul_detail {
 PanelFill mxfp8_panel_fill(CpuPath) { return nullptr; }
+BlockedTile mxfp8_direct_tile(CpuPath) { return nullptr; }
 }  // namespace m3::matmul_detail
 
 #endif

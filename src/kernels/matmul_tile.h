@@ -104,6 +104,13 @@ PanelFill mxfp8_panel_fill(CpuPath path);
 // it has none.
 PanelFill affine_panel_fill(CpuPath path, int bits);
 
+// A direct tile of a blocked format (matmul_blocked_tile.h): TileKernels::run for the weight rows
+// n, n + row_step, ... (nr of them) of w, each 32-block widened in registers to the values its
+// panel fill writes (the same bits as the panel path).
+using BlockedTile = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a);
+BlockedTile mxfp8_direct_tile(CpuPath path);
+BlockedTile affine_direct_tile(CpuPath path, int bits);
+
 // How matmul cuts the work; tests force small blocks to check that blocking changes nothing.
 struct MatmulPlan {
   bool blocked = false;   // false: direct tiles over all of K (small M); true: panel tiles
@@ -114,6 +121,7 @@ struct MatmulPlan {
   bool weights_outer = false;  // per weight panel all K chunks in turn (else per K chunk all panels)
   int64_t m_chunk = 0;    // rows of x packed and run at once (bounds the packed copy); 0: all
   PanelFill fill = nullptr;  // blocked formats: the panel fill (nullptr: the format's dequantize_cols)
+  BlockedTile blocked_tile = nullptr;  // blocked formats: the direct tiles (needed when !blocked)
 };
 
 MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K);

@@ -1,0 +1,129 @@
+#pragma once
+// Direct tiles for blocked weight formats (MXFP8, affine) on AVX-512 and AVX2: the decode path.
+// Like the dense formats' direct tiles (matmul_avx512.cpp), they stream each weight row once over
+// all of K and widen every 32-block in registers, so nothing is stored and read back through a
+// panel; the format supplies the widening (a Policy, below). The arithmetic is the lane order of
+// matmul_tile.h (per lane: pass 0, then pass 1, block after block; the fixed 16-lane sum), with
+// the exact dequantized values the format's panel fill writes, so a row's result has the panel
+// path's bits and never depends on M.
+//
+// A Policy provides:
+//   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };
+//   static void widen512(const Rows&, int j, int64_t kb, __m512& pass0, __m512& pass1);   // AVX-512
+//   static void widen256(const Rows&, int j, int64_t kb, __m256 (&v)[4]);  // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1
+//   static void prefetch(const Rows&, int j, int64_t kb);
+// Included only by the format files, which are compiled for plain x86-64 with per-function targets.
+#include <immintrin.h>
+
+#include <array>
+#include <cstdlib>
+#include <utility>
+
+#include "kernels/matmul_tile.h"
+
+#define M3_BLOCKED_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define M3_BLOCKED_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
+
+namespace m3::matmul_detail::blocked {
+
+// The fixed 16-lane sum of matmul_tile.h (the tile files' reduce16).
+M3_BLOCKED_AVX512 inline float reduce16_512(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm512_extractf32x8_ps(v, 1);
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+  return _mm_cvtss_f32(s1);
+}
+M3_BLOCKED_AVX2 inline float reduce16_256(__m256 lo, __m256 hi) {
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+  return _mm_cvtss_f32(s1);
+}
+
+template <class Policy, int MR, int NR>
+M3_BLOCKED_AVX512 void tile512(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  const typename Policy::Rows rows(w, n, row_step, NR);
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
+  const int64_t KB = a.K / kBlock;  // blocked formats have whole blocks
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    const float* x = a.x + kb * a.x_block_stride;
+    __m512 x0[MR], x1[MR];
+    for (int m = 0; m < MR; ++m) {
+      x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
+      x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
+    }
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      Policy::prefetch(rows, j, kb);
+      __m512 w0, w1;
+      Policy::widen512(rows, j, kb, w0, w1);
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16_512(acc[m][j]);
+}
+
+template <class Policy, int MR, int NR>
+M3_BLOCKED_AVX2 void tile256(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  const typename Policy::Rows rows(w, n, row_step, NR);
+  __m256 acc[MR][NR][2];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
+  const int64_t KB = a.K / kBlock;
+  for (int64_t kb = 0; kb < KB; ++kb) {
+    const float* x = a.x + kb * a.x_block_stride;
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      Policy::prefetch(rows, j, kb);
+      __m256 v[4];
+      Policy::widen256(rows, j, kb, v);
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) {
+        const float* xm = x + m * a.x_stride;
+        acc[m][j][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xm + 16), v[2], _mm256_fmadd_ps(_mm256_loadu_ps(xm), v[0], acc[m][j][0]));
+        acc[m][j][1] =
+            _mm256_fmadd_ps(_mm256_loadu_ps(xm + 24), v[3], _mm256_fmadd_ps(_mm256_loadu_ps(xm + 8), v[1], acc[m][j][1]));
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16_256(acc[m][j][0], acc[m][j][1]);
+}
+
+// Tables of every (MR, NR) up to the dense direct tiles' limits on each path (AVX-512: mr <= 4,
+// nr <= 8; AVX2: mr <= 3, nr <= 6), so that the planner's tile shapes always have a kernel.
+using TileFn = void (*)(const LinearWeight&, int64_t, int64_t, const TileArgs&);
+constexpr int kMaxMr = 4, kMaxNr = 8;
+using Table = std::array<std::array<TileFn, kMaxNr + 1>, kMaxMr + 1>;
+
+template <class Policy, bool Avx512, int MR, int... I>
+constexpr std::array<TileFn, kMaxNr + 1> make_row(std::integer_sequence<int, I...>) {
+  std::array<TileFn, kMaxNr + 1> r{};
+  if constexpr (Avx512) ((r[I + 1] = &tile512<Policy, MR, I + 1>), ...);
+  else ((r[I + 1] = &tile256<Policy, MR, I + 1>), ...);
+  return r;
+}
+
+template <class Policy, bool Avx512>
+constexpr Table make_table() {
+  constexpr int nr = Avx512 ? 8 : 6;
+  return {std::array<TileFn, kMaxNr + 1>{}, make_row<Policy, Avx512, 1>(std::make_integer_sequence<int, nr>{}),
+          make_row<Policy, Avx512, 2>(std::make_integer_sequence<int, nr>{}),
+          make_row<Policy, Avx512, 3>(std::make_integer_sequence<int, nr>{}),
+          make_row<Policy, Avx512, 4>(std::make_integer_sequence<int, nr>{})};
+}
+
+inline void run(const Table& t, const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
+  if (mr < 1 || mr > kMaxMr || nr < 1 || nr > kMaxNr || t[size_t(mr)][size_t(nr)] == nullptr) std::abort();  // a planning bug
+  t[size_t(mr)][size_t(nr)](w, n, row_step, a);
+}
+
+}  // namespace m3::matmul_detail::blocked
