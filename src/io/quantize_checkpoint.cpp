@@ -10,6 +10,7 @@
 
 #include "m3/error.h"
 #include "base/read_file.h"
+#include "base/thread_pool.h"
 #include "format/linear_weight.h"
 #include "format/quantize.h"
 #include "io/model_config.h"
@@ -39,11 +40,11 @@ TensorSource copied(const TensorView& t) {
 
 // The main and side tensors of `w` in `format`: the main tensor's producer quantizes the whole
 // weight and keeps the side tensors' bytes for the producers that follow it.
-void requantized(const LinearWeight& w, const std::string& name, const WeightFormat& format,
+void requantized(ThreadPool& pool, const LinearWeight& w, const std::string& name, const WeightFormat& format,
                  std::vector<TensorSource>& out) {
   auto sides = std::make_shared<std::vector<std::vector<uint8_t>>>(format.side.size());
   const int64_t rows = w.rows, cols = w.cols;
-  out.push_back({name, format.element, {rows, format.stored_cols(cols)}, [w, &format, sides](std::vector<uint8_t>& b) {
+  out.push_back({name, format.element, {rows, format.stored_cols(cols)}, [w, &format, sides, &pool](std::vector<uint8_t>& b) {
                    const int64_t row_bytes = format.row_bytes(w.cols);
                    std::vector<int64_t> side_row(format.side.size());
                    for (size_t i = 0; i < format.side.size(); ++i) {
@@ -52,13 +53,16 @@ void requantized(const LinearWeight& w, const std::string& name, const WeightFor
                      (*sides)[i].assign(size_t(w.rows * side_row[i]), 0);
                    }
                    b.assign(size_t(w.rows * row_bytes), 0);
-                   std::vector<float> row(static_cast<size_t>(w.cols));
-                   std::vector<uint8_t*> side_ptr(format.side.size());
-                   for (int64_t r = 0; r < w.rows; ++r) {
-                     w.row_to_f32(r, row.data());
-                     for (size_t i = 0; i < side_ptr.size(); ++i) side_ptr[i] = (*sides)[i].data() + r * side_row[i];
-                     quantize_row(format, row.data(), w.cols, b.data() + r * row_bytes, side_ptr.data());
-                   }
+                   // Rows are independent: each thread quantizes its own (the bytes do not depend on how).
+                   pool.parallel_for(w.rows, [&](int64_t r0, int64_t r1) {
+                     std::vector<float> row(static_cast<size_t>(w.cols));
+                     std::vector<uint8_t*> side_ptr(format.side.size());
+                     for (int64_t r = r0; r < r1; ++r) {
+                       w.row_to_f32(r, row.data());
+                       for (size_t i = 0; i < side_ptr.size(); ++i) side_ptr[i] = (*sides)[i].data() + r * side_row[i];
+                       quantize_row(format, row.data(), w.cols, b.data() + r * row_bytes, side_ptr.data());
+                     }
+                   }, 16);
                  }});
   const std::string module = module_of(name) + ".";
   for (size_t i = 0; i < format.side.size(); ++i) {
@@ -145,6 +149,7 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
     const std::vector<TensorSpec> v = vision_tensor_schema(cfg);
     schema.insert(schema.end(), v.begin(), v.end());
   }
+  ThreadPool pool(options.threads);
   QuantizeReport report;
   std::vector<TensorSource> out;
   std::set<std::string> done;  // tensors already emitted (a linear's side tensors with it)
@@ -162,7 +167,7 @@ QuantizeReport quantize_checkpoint(const std::string& src, const std::string& ds
       for (const SideTensorSpec& s : w.format->side) out.push_back(copied(store.get(module + "." + s.suffix)));
       ++report.copied;
     } else {
-      requantized(w, spec.name, *target, out);
+      requantized(pool, w, spec.name, *target, out);
       ++report.requantized;
     }
     linear_formats[module] = target;

@@ -27,6 +27,7 @@ struct QuantizeOptions {
   // lm_head, MoE router gates and the vision tower stay as stored.
   std::vector<QuantizeRule> rules;
   uint64_t max_shard_bytes = 5'000'000'000;  // Hugging Face's default shard size
+  int threads = 0;  // rows quantized in parallel (0: one thread per core); the bytes do not depend on it
 };
 
 struct QuantizeReport {

@@ -11,9 +11,9 @@ M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
 GOOD = os.path.join(SCRATCH, "good")
-# The same checkpoint in mlx-lm's affine layout (tests/reference/quantize_affine.py).
+# The same checkpoint in mlx-lm's affine layout (tests/reference/quantize_numpy.py).
 GOOD_AFFINE = os.path.join(SCRATCH, "good-affine")
-QUANTIZER = os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "reference", "quantize_affine.py")
+QUANTIZER = os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "reference", "quantize_numpy.py")
 
 
 def run(args):

@@ -1,8 +1,8 @@
 """`m3 quantize` as a user runs it: its outputs load in `m3 logits` and `m3 generate` with no conversion
 step; the independent NumPy reference reads them (its own dequantization) and agrees with the engine's
 logits; MXFP8 re-quantized to MXFP8 is byte-identical; its affine weights are the bytes the independent
-NumPy quantizer (tests/reference/quantize_affine.py) writes; the config carries the quantization block
-the format's own tools write; the policy keeps the embedding, lm_head and router gates unless told
+NumPy quantizer (tests/reference/quantize_numpy.py) writes; its MXFP8 output is the NumPy quantizer's, byte for
+byte; the config carries the quantization block the format's own tools write; the policy keeps the embedding, lm_head and router gates unless told
 otherwise; bad flags get one error line."""
 import filecmp
 import json
@@ -117,6 +117,11 @@ r = run("quantize", "-m", outputs["mxfp8"], "--out", again, "--format", "mxfp8")
 check("mxfp8 -> mxfp8 is byte-identical", filecmp.cmp(os.path.join(outputs["mxfp8"], "model.safetensors"),
                                                       os.path.join(again, "model.safetensors"), shallow=False)
       and "0 linears quantized" in r.stdout, r.stdout)
+# The thread count changes no byte.
+one = fresh("q-mxfp8-one-thread")
+run("quantize", "-m", base, "--out", one, "--format", "mxfp8", "-t", "1")
+check("quantize -t 1 writes the same bytes", filecmp.cmp(os.path.join(outputs["mxfp8"], "model.safetensors"),
+                                                         os.path.join(one, "model.safetensors"), shallow=False))
 # Another format's checkpoint converts through its exact dequantization.
 conv = fresh("q-mxfp8-to-affine8")
 run("quantize", "-m", outputs["mxfp8"], "--out", conv, "--format", "affine8")
@@ -126,7 +131,7 @@ check("mxfp8 -> affine8 loads and matches the reference", float(np.abs(a - ref).
 
 # The affine bytes equal the independent NumPy quantizer's (same rounding rule, its own code).
 numpy_q = fresh("numpy-affine4")
-subprocess.run([sys.executable, os.path.join(SRC, "tests", "reference", "quantize_affine.py"), base, numpy_q,
+subprocess.run([sys.executable, os.path.join(SRC, "tests", "reference", "quantize_numpy.py"), base, numpy_q,
                 "--bits", "4", "--group-size", "64"], check=True, timeout=600)
 ck_m3, ck_np = R.Checkpoint(outputs["affine4"]), R.Checkpoint(numpy_q)
 same = 0
@@ -139,6 +144,20 @@ for n in names:
     same += (dt == dt2 and shp == shp2 and mm[off:off + nbytes] == mm2[off2:off2 + nbytes])
 check("affine4 weights are byte-identical to the NumPy quantizer's", same == len(names) and same > 50,
       f"{same} of {len(names)}")
+
+# And the MXFP8 bytes equal the NumPy quantizer's MXFP8 (nearest E4M3, smallest fitting exponent).
+numpy_mx = fresh("numpy-mxfp8")
+subprocess.run([sys.executable, os.path.join(SRC, "tests", "reference", "quantize_numpy.py"), base, numpy_mx,
+                "--format", "mxfp8"], check=True, timeout=600)
+ck_m3, ck_np = R.Checkpoint(outputs["mxfp8"]), R.Checkpoint(numpy_mx)
+same = 0
+for n in ck_m3.names():
+    mm, off, dt, shp, _ = ck_m3._entries[n]
+    mm2, off2, dt2, shp2, _ = ck_np._entries[n]
+    nbytes = int(np.prod(shp)) * R._ST_DTYPES[dt][1]
+    same += (dt == dt2 and shp == shp2 and mm[off:off + nbytes] == mm2[off2:off2 + nbytes])
+check("mxfp8 tensors are byte-identical to the NumPy quantizer's", same == len(ck_m3.names()) == len(ck_np.names()),
+      f"{same} of {len(ck_m3.names())}")
 
 # --keep leaves matching weights as stored.
 kept = fresh("q-keep")

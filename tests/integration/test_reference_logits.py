@@ -260,19 +260,22 @@ def main():
     # reference on its own (e4m3_to_float64), so the engine's MXFP8 path is checked against float64.
     test_model(res, table, m3, scratch, "tiny16-mxfp8", ["--preset", "tiny", "--seed", "7", "--weights", "mxfp8"],
                base_seed=1000, mode_names=("prefill", "decode"))
+    # The same layout written by the NumPy quantizer in tests/reference (not the engine's code).
+    quantizer = os.path.join(SOURCE_DIR, "tests", "reference", "quantize_numpy.py")
+    test_model(res, table, m3, scratch, "tiny16-mxfp8-np", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
+               mode_names=("prefill", "decode"), convert=[quantizer, "--format", "mxfp8"])
     # mlx-lm's affine layout, written by the NumPy quantizer in tests/reference (not the engine's
     # code): 4-bit groups of 64, the embedding 8-bit in groups of 32 and one router gate 8-bit in
     # groups of 64 as per-module overrides. The reference dequantizes the packed words itself.
-    quantizer = os.path.join(SOURCE_DIR, "tests", "reference", "quantize_affine.py")
     test_model(res, table, m3, scratch, "tiny16-affine", ["--preset", "tiny", "--seed", "7"], base_seed=1000,
                mode_names=("prefill", "decode"),
                convert=[quantizer, "--bits", "4", "--group-size", "64",
                         "--override", "language_model.model.embed_tokens=8:32",
                         "--override", "language_model.model.layers.2.block_sparse_moe.gate=8:64"])
     print()
-    print(f"{'model':<13} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
+    print(f"{'model':<15} {'mode':<18} {'max abs err':>12} {'rel err':>10} {'row rel':>10} {'argmax':>8} {'time s':>7}")
     for name, mode, mx, rel, row_rel, frac, dt in table:
-        print(f"{name:<13} {mode:<18} {mx:12.3e} {rel:10.3e} {row_rel:10.3e} {frac:8.2%} {dt:7.1f}")
+        print(f"{name:<15} {mode:<18} {mx:12.3e} {rel:10.3e} {row_rel:10.3e} {frac:8.2%} {dt:7.1f}")
     print(f"(tolerances: vs reference {REF_TOL:g} relative; between modes {MODE_TOL:g}; total {time.time() - t0:.0f} s)")
     if res.failures:
         print("failures:")

@@ -38,6 +38,7 @@ void register_quantize(CLI::App& app) {
     std::string src, dst, format;
     std::vector<std::string> keep, tensor_format;
     double shard_mb = 5000;
+    int threads = 0;
     bool force = false;
   };
   auto a = std::make_shared<Args>();
@@ -55,6 +56,7 @@ void register_quantize(CLI::App& app) {
                   "e.g. '*.block_sparse_moe.gate.weight=affine8-g64' or '*embed_tokens*=affine8'");
   cmd->add_option("--shard-mb", a->shard_mb, "Safetensors shards of at most this many MB")
       ->check(Positive())->capture_default_str();
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per core)")->check(NonNegative());
   cmd->add_flag("--force", a->force, "Write into an output folder that is not empty");
   cmd->callback([a] {
     QuantizeOptions o;
@@ -67,6 +69,7 @@ void register_quantize(CLI::App& app) {
       o.rules.push_back({r.substr(0, eq), parse_format(r.substr(eq + 1), "--tensor-format")});
     }
     o.max_shard_bytes = uint64_t(a->shard_mb * 1e6);
+    o.threads = a->threads;
     namespace fs = std::filesystem;
     std::error_code ec;
     if (fs::exists(a->dst) && !fs::is_empty(a->dst, ec) && !a->force)
