@@ -116,6 +116,15 @@ void qk_block_max_fp8_entry(const float* q, int nq, int dim, const uint8_t* kT, 
   }
 }
 
+// Each value row's scale goes into its column of P: p x (v x 2^e) = (p x 2^e) x v exactly.
+void pv_fp8_entry(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales, int hd,
+                  float* o, const void*, size_t) {
+  std::vector<float> scaled(size_t(heads) * size_t(std::max(n_keys, 1)));
+  for (int h = 0; h < heads; ++h)
+    for (int t = 0; t < n_keys; ++t) scaled[size_t(h) * n_keys + t] = P[int64_t(h) * ld + t] * ue8m0_to_f32(v_scales[t]);
+  pv_generic(scaled.data(), heads, n_keys, n_keys, v, hd, o);
+}
+
 constexpr AttentionKernels kGeneric{"generic",
                                     &qk_scores_entry<float>,
                                     &qk_scores_entry<uint16_t>,
@@ -126,7 +135,7 @@ constexpr AttentionKernels kGeneric{"generic",
                                     &pv_entry<uint16_t>,
                                     &qk_scores_fp8_entry,
                                     &qk_block_max_fp8_entry,
-                                    &pv_entry<uint8_t>};
+                                    &pv_fp8_entry};
 
 const PathTables<AttentionKernels>& tables() {
   static const PathTables<AttentionKernels> t{&kGeneric, simd_attention_kernels(CpuPath::Avx2),
@@ -193,12 +202,7 @@ void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t
 
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
                    int head_dim, float* o, const void* prefetch, size_t prefetch_bytes) {
-  // Each value row's scale goes into its column of P: p x (v x 2^e) = (p x 2^e) x v exactly.
-  thread_local std::vector<float> scaled;
-  scaled.resize(size_t(heads) * size_t(std::max(n_keys, 1)));
-  for (int h = 0; h < heads; ++h)
-    for (int t = 0; t < n_keys; ++t) scaled[size_t(h) * n_keys + t] = P[int64_t(h) * ld + t] * ue8m0_to_f32(v_scales[t]);
-  active().pv_fp8(scaled.data(), heads, n_keys, n_keys, v, head_dim, o, prefetch, prefetch_bytes);
+  active().pv_fp8(P, heads, ld, n_keys, v, v_scales, head_dim, o, prefetch, prefetch_bytes);
 }
 
 }  // namespace m3

@@ -25,14 +25,14 @@ struct AttentionKernels {
                  const void* prefetch, size_t prefetch_bytes);
   void (*pv_bf16)(const float* P, int heads, int ld, int n_keys, const uint16_t* v, int head_dim, float* o,
                   const void* prefetch, size_t prefetch_bytes);
-  // An fp8 cache: E4M3 bytes, one UE8M0 scale per key (per column of kT) multiplying its score;
-  // pv_fp8 takes the values unscaled (its caller folds each value row's scale into P's column).
+  // An fp8 cache: E4M3 bytes, one UE8M0 scale per key (per column of kT) multiplying its score,
+  // and per value row multiplying its weight.
   void (*qk_scores_fp8)(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
                         int n_keys, float* S, int ld, const void* prefetch, size_t prefetch_bytes);
   void (*qk_block_max_fp8)(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
                            int n_keys, float* out, const void* prefetch, size_t prefetch_bytes);
-  void (*pv_fp8)(const float* P, int heads, int ld, int n_keys, const uint8_t* v, int head_dim, float* o,
-                 const void* prefetch, size_t prefetch_bytes);
+  void (*pv_fp8)(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
+                 int head_dim, float* o, const void* prefetch, size_t prefetch_bytes);
 };
 
 const AttentionKernels& generic_attention_kernels();

@@ -86,19 +86,21 @@ HWY_INLINE VF LoadWide(DF df, const uint16_t* p) {
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, p))));
 }
 
-// E4M3 (an fp8 cache) widened exactly: the byte's magnitude shifted up by 7 and its sign by 8 is
-// the F16 of value x 2^-8 (subnormals included), then x 256. 0x7f/0xff (NaN) are never stored.
+// E4M3 (an fp8 cache) widened exactly to its value x 2^-8: the byte's magnitude shifted up by 7
+// and its sign by 8 is that F16, subnormals included. The 2^8 goes into the key's (value row's)
+// scale, which multiplies after the dot product: for powers of two the same bits. 0x7f/0xff (NaN)
+// are never stored.
 HWY_INLINE VF LoadWide(DF df, const uint8_t* p) {
   const D8 d8;
   const DH dh;
   const auto b = hn::PromoteTo(dh, hn::LoadU(d8, p));
   const auto h = hn::Or(hn::And(hn::ShiftLeft<8>(b), hn::Set(dh, uint16_t(0x8000))),
                         hn::And(hn::ShiftLeft<7>(b), hn::Set(dh, uint16_t(0x3f80))));
-  return hn::Mul(hn::PromoteTo(df, hn::BitCast(DF16(), h)), hn::Set(df, 256.0f));
+  return hn::PromoteTo(df, hn::BitCast(DF16(), h));
 }
 
-// The UE8M0 scales of keys [t, t + N) as 2^(s - 127) (never 0 or 255 in a cache); lanes at or past
-// len read 1 (their scores are dropped).
+// 2^8 x the UE8M0 scales of keys [t, t + N): 2^(s + 8 - 127) (a cache's s is at most 246, so this
+// stays finite); lanes at or past len read 1 (their scores are dropped).
 HWY_INLINE VF LoadScales(DF df, const uint8_t* scales, int t, int len) {
   const D8 d8;
   const DU du;
@@ -106,14 +108,16 @@ HWY_INLINE VF LoadScales(DF df, const uint8_t* scales, int t, int len) {
   const uint8_t* p = scales + t;
   alignas(64) uint8_t buf[kMaxLanes];
   if (t + N > len) {
-    for (int i = 0; i < N; ++i) buf[i] = t + i < len ? scales[t + i] : uint8_t(127);
+    for (int i = 0; i < N; ++i) buf[i] = t + i < len ? scales[t + i] : uint8_t(119);
     p = buf;
   }
-  return hn::BitCast(df, hn::ShiftLeft<23>(hn::PromoteTo(du, hn::LoadU(d8, p))));
+  const auto s = hn::Add(hn::PromoteTo(du, hn::LoadU(d8, p)), hn::Set(du, 8u));
+  return hn::BitCast(df, hn::ShiftLeft<23>(s));
 }
 
+// One E4M3 code as value x 2^-8, the same as LoadWide's lanes.
 HWY_INLINE float WidenOne(float x) { return x; }
-HWY_INLINE float WidenOne(uint8_t b) { return f8e4m3_to_f32(b); }
+HWY_INLINE float WidenOne(uint8_t b) { return f8e4m3_to_f32(b) * 0x1p-8f; }
 HWY_INLINE float WidenOne(uint16_t h) {
   const uint32_t bits = uint32_t(h) << 16;
   float f;
@@ -447,6 +451,37 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
   QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
 }
 
+// An fp8 cache's P·V: each value row's scale (x 2^8, see LoadWide) goes into its column of P, then
+// the rows are widened as value x 2^-8: p x 2^(e+8) x v 2^-8 = p x (v x 2^e) exactly.
+template <typename T>
+void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o, const void* pf_region,
+                  size_t pf_bytes);
+
+void PvAccumulateFp8(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* scales, int hd,
+                     float* o, const void* pf_region, size_t pf_bytes) {
+  // Per-thread scratch that only grows (no std:: container: see the top of this file).
+  struct Scratch {
+    float* p = nullptr;
+    size_t cap = 0;
+    ~Scratch() { delete[] p; }
+  };
+  thread_local Scratch scratch;
+  const size_t need = size_t(heads) * size_t(n_keys > 0 ? n_keys : 1);
+  if (scratch.cap < need) {
+    delete[] scratch.p;
+    scratch.p = new float[need];
+    scratch.cap = need;
+  }
+  float* buf = scratch.p;
+  for (int t = 0; t < n_keys; ++t) {
+    uint32_t bits = uint32_t(scales[t] + 8) << 23;
+    float f;
+    __builtin_memcpy(&f, &bits, sizeof f);
+    for (int h = 0; h < heads; ++h) buf[size_t(h) * n_keys + t] = P[int64_t(h) * ld + t] * f;
+  }
+  PvAccumulate<uint8_t>(buf, heads, n_keys, n_keys, v, hd, o, pf_region, pf_bytes);
+}
+
 // ------------------------------------------------------------------ online softmax
 
 // p = exp(s[t, t + n) - max) stored back; returns p with the lanes past n zero. n may be <= 0.
@@ -635,7 +670,7 @@ const AttentionKernels kAttentionKernels{kName,
                                          &PvAccumulate<uint16_t>,
                                          &QkScoresFp8,
                                          &QkBlockMaxFp8,
-                                         &PvAccumulate<uint8_t>};
+                                         &PvAccumulateFp8};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace m3

@@ -59,13 +59,15 @@ void load_vector(const std::byte* page, DType t, size_t first, size_t stride, in
 uint8_t fp8_vector_scale(const float* x, int n) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
-  // The smallest e with amax / 2^e <= 448; 2^e stays a normal fp32 (e in [-126, 127]).
+  // The smallest e with amax / 2^e <= 448, in [-126, 119]: 2^e stays a normal fp32, and so does
+  // the kernels' 2^(e+8) (attention_kernels_simd.cpp). Only magnitudes past 448 x 2^119 (3e38, near
+  // fp32's limit) saturate.
   int e = 0;
   if (amax > 0.0f && std::isfinite(amax)) {
     e = int(std::ceil(std::log2(double(amax) / 448.0)));
     while (e > -126 && double(amax) <= 448.0 * std::ldexp(1.0, e - 1)) --e;  // log2's rounding
-    while (double(amax) > 448.0 * std::ldexp(1.0, e)) ++e;
-    e = std::clamp(e, -126, 127);
+    while (e < 119 && double(amax) > 448.0 * std::ldexp(1.0, e)) ++e;
+    e = std::clamp(e, -126, 119);
   }
   return uint8_t(127 + e);
 }

@@ -42,7 +42,7 @@ struct KvCacheShape {
 };
 
 // The UE8M0 scale byte an FP8 cache stores a vector of n values with: 127 + e for the smallest e
-// with max|x| / 2^e <= 448 (127 for an all-zero vector).
+// with max|x| / 2^e <= 448, e in [-126, 119] (127 for an all-zero vector).
 uint8_t fp8_vector_scale(const float* x, int n);
 
 // Throws m3::Error when a page of type `have` is read as `want`.

@@ -95,14 +95,14 @@ def round_to_e4m3(x):
 def round_to_fp8_cache(x):
     """What the engine's fp8 cache stores for each vector along the last axis (one token's key,
     value or index key of one head): the vector (first an fp32, as the engine computes it) over its
-    power-of-two scale 2^e, the smallest with max|x| / 2^e <= 448 (e in [-126, 127]), rounded to
+    power-of-two scale 2^e, the smallest with max|x| / 2^e <= 448 (e in [-126, 119]), rounded to
     E4M3, times 2^e."""
     f = np.asarray(x).astype(np.float32).astype(np.float64)
     amax = np.abs(f).max(axis=-1, keepdims=True)
     e = np.where(amax > 0, np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / 448.0)), 0.0)
     e = np.where(amax > 448.0 * 2.0 ** (e - 1), e, e - 1)   # log2's rounding, both ways
     e = np.where(amax > 448.0 * 2.0 ** e, e + 1, e)
-    e = np.clip(e, -126, 127)
+    e = np.clip(e, -126, 119)
     scale = 2.0 ** e
     return (round_to_e4m3(f / scale) * scale).astype(np.asarray(x).dtype)
 
