@@ -40,6 +40,10 @@ struct RowPointers {
   }
 };
 
+// Block kb lies in group kb >> shift (groups are 1, 2 or 4 blocks): a shift, where a division per
+// block and row measurably slowed decode.
+inline int blocks_per_group_log2(const LinearWeight& w) { return __builtin_ctzll(uint64_t(w.format->block_cols / kBlock)); }
+
 // The 32 values of a block as bytes 0..31 (element order), from 16 (4-bit) or 32 (8-bit) bytes.
 template <int Bits>
 M3_AVX2 inline void unpack(const uint8_t* p, __m128i& lo16, __m128i& hi16) {
@@ -66,13 +70,13 @@ M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int r
                        float* panel) {
   constexpr int kBlockBytes = kBlock * Bits / 8;
   const RowPointers p(w, n, row_step, rows);
-  const int64_t group = w.format->block_cols;
+  const int shift = blocks_per_group_log2(w);
   float* out = panel;
   for (int64_t kb = kb0; kb < kb1; ++kb)
     for (int j = 0; j < rows; ++j, out += kBlock) {
       const uint8_t* q = p.q[j] + kb * kBlockBytes;
       _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
-      const int64_t g = kb * kBlock / group;
+      const int64_t g = kb >> shift;
       const __m256 s = _mm256_set1_ps(bf16_to_f32(p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(p.biases[j][g]));
       __m128i lo, hi;
       unpack<Bits>(q, lo, hi);
@@ -88,13 +92,13 @@ M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, i
                            float* panel) {
   constexpr int kBlockBytes = kBlock * Bits / 8;
   const RowPointers p(w, n, row_step, rows);
-  const int64_t group = w.format->block_cols;
+  const int shift = blocks_per_group_log2(w);
   float* out = panel;
   for (int64_t kb = kb0; kb < kb1; ++kb)
     for (int j = 0; j < rows; ++j, out += kBlock) {
       const uint8_t* q = p.q[j] + kb * kBlockBytes;
       _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
-      const int64_t g = kb * kBlock / group;
+      const int64_t g = kb >> shift;
       const __m512 s = _mm512_set1_ps(bf16_to_f32(p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(p.biases[j][g]));
       __m128i lo, hi;
       unpack<Bits>(q, lo, hi);
@@ -109,14 +113,15 @@ struct AffinePolicy {
   static constexpr int kBlockBytes = kBlock * Bits / 8;
   struct Rows {
     RowPointers p;
-    int64_t group;
-    Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr) : p(w, n, row_step, nr), group(w.format->block_cols) {}
+    int shift;
+    Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr)
+        : p(w, n, row_step, nr), shift(blocks_per_group_log2(w)) {}
   };
   static void prefetch(const Rows& r, int j, int64_t kb) {
     _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
   }
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, __m512& w0, __m512& w1) {
-    const int64_t g = kb * kBlock / r.group;
+    const int64_t g = kb >> r.shift;
     const __m512 s = _mm512_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(r.p.biases[j][g]));
     __m128i lo, hi;
     unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);
@@ -124,7 +129,7 @@ struct AffinePolicy {
     w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, b);
   }
   M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, __m256 (&v)[4]) {
-    const int64_t g = kb * kBlock / r.group;
+    const int64_t g = kb >> r.shift;
     const __m256 s = _mm256_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(r.p.biases[j][g]));
     __m128i lo, hi;
     unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);

@@ -18,6 +18,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/matmul_reduce.h"
+
 #define M3_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 namespace m3::matmul_detail {
@@ -77,15 +79,6 @@ M3_AVX2 inline void add_block(const float* x, int64_t xs, const uint8_t* w, int6
   add_half<T, MR, NR, 1, 0>(x, xs, w, ws, acc);
   add_half<T, MR, NR, 0, 1>(x, xs, w, ws, acc);
   add_half<T, MR, NR, 1, 1>(x, xs, w, ws, acc);
-}
-
-// The fixed tree of matmul_tile.h on lanes lo = 0..7, hi = 8..15.
-M3_AVX2 inline float reduce16(__m256 lo, __m256 hi) {
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-  return _mm_cvtss_f32(s1);
 }
 
 // Direct tiles and widen_rows stream weights from memory: they ask for them this far ahead.

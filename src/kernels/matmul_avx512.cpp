@@ -18,6 +18,8 @@
 #include <cstring>
 #include <utility>
 
+#include "kernels/matmul_reduce.h"
+
 #define M3_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 namespace m3::matmul_detail {
@@ -82,17 +84,6 @@ M3_AVX512 inline void add_block(const float* x, int64_t xs, const uint8_t* w, in
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(xv[m], wv, acc[m][j]);
   }
-}
-
-// The fixed tree of matmul_tile.h: a[i]+a[i+8], then +4, +2, +1.
-M3_AVX512 inline float reduce16(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm512_extractf32x8_ps(v, 1);
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-  return _mm_cvtss_f32(s1);
 }
 
 // Direct tiles and widen_rows stream weights from memory: they ask for them this far ahead along

@@ -19,30 +19,13 @@
 #include <cstdlib>
 #include <utility>
 
+#include "kernels/matmul_reduce.h"
 #include "kernels/matmul_tile.h"
 
 #define M3_BLOCKED_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define M3_BLOCKED_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
 
 namespace m3::matmul_detail::blocked {
-
-// The fixed 16-lane sum of matmul_tile.h (the tile files' reduce16).
-M3_BLOCKED_AVX512 inline float reduce16_512(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm512_extractf32x8_ps(v, 1);
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-  return _mm_cvtss_f32(s1);
-}
-M3_BLOCKED_AVX2 inline float reduce16_256(__m256 lo, __m256 hi) {
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-  return _mm_cvtss_f32(s1);
-}
 
 template <class Policy, int MR, int NR>
 M3_BLOCKED_AVX512 void tile512(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
@@ -68,7 +51,7 @@ M3_BLOCKED_AVX512 void tile512(const LinearWeight& w, int64_t n, int64_t row_ste
     }
   }
   for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16_512(acc[m][j]);
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
 }
 
 template <class Policy, int MR, int NR>
@@ -95,11 +78,12 @@ M3_BLOCKED_AVX2 void tile256(const LinearWeight& w, int64_t n, int64_t row_step,
     }
   }
   for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16_256(acc[m][j][0], acc[m][j][1]);
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
 }
 
-// Tables of every (MR, NR) up to the dense direct tiles' limits on each path (AVX-512: mr <= 4,
-// nr <= 8; AVX2: mr <= 3, nr <= 6), so that the planner's tile shapes always have a kernel.
+// Tables of the (MR, NR) shapes the planner asks for (run_range's direct tiles: nr is at most the
+// path's nr_for_mr[mr] and at most 6 streams): AVX-512 mr <= 4, AVX2 mr <= 3 with nr <= 6, 3, 2.
+// Each shape is a function of its own, so the table is kept to those.
 using TileFn = void (*)(const LinearWeight&, int64_t, int64_t, const TileArgs&);
 constexpr int kMaxMr = 4, kMaxNr = 8;
 using Table = std::array<std::array<TileFn, kMaxNr + 1>, kMaxMr + 1>;
@@ -114,11 +98,16 @@ constexpr std::array<TileFn, kMaxNr + 1> make_row(std::integer_sequence<int, I..
 
 template <class Policy, bool Avx512>
 constexpr Table make_table() {
-  constexpr int nr = Avx512 ? 8 : 6;
-  return {std::array<TileFn, kMaxNr + 1>{}, make_row<Policy, Avx512, 1>(std::make_integer_sequence<int, nr>{}),
-          make_row<Policy, Avx512, 2>(std::make_integer_sequence<int, nr>{}),
-          make_row<Policy, Avx512, 3>(std::make_integer_sequence<int, nr>{}),
-          make_row<Policy, Avx512, 4>(std::make_integer_sequence<int, nr>{})};
+  if constexpr (Avx512) {
+    return {std::array<TileFn, kMaxNr + 1>{}, make_row<Policy, true, 1>(std::make_integer_sequence<int, 6>{}),
+            make_row<Policy, true, 2>(std::make_integer_sequence<int, 6>{}),
+            make_row<Policy, true, 3>(std::make_integer_sequence<int, 6>{}),
+            make_row<Policy, true, 4>(std::make_integer_sequence<int, 6>{})};
+  } else {
+    return {std::array<TileFn, kMaxNr + 1>{}, make_row<Policy, false, 1>(std::make_integer_sequence<int, 6>{}),
+            make_row<Policy, false, 2>(std::make_integer_sequence<int, 3>{}),
+            make_row<Policy, false, 3>(std::make_integer_sequence<int, 2>{}), std::array<TileFn, kMaxNr + 1>{}};
+  }
 }
 
 inline void run(const Table& t, const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
