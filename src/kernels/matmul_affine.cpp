@@ -1,6 +1,6 @@
-// The affine formats' panel fill on AVX2 and AVX-512 (mlx-lm's layout, format/weight_format.h):
-// 4- or 8-bit unsigned values unpacked in registers, converted to fp32 and mapped through their
-// group's scale and bias. scale x q is exact in fp32 (a bf16 scale has 8 significant bits, q at
+// The affine formats' panel fill and direct tiles on AVX2 and AVX-512 (mlx-lm's layout,
+// format/weight_format.h): 4- or 8-bit unsigned values unpacked in registers, converted to fp32
+// and mapped through their group's scale and bias. scale x q is exact in fp32 (a bf16 scale has 8 significant bits, q at
 // most 8), so the fused multiply-add here rounds exactly where the format's scalar
 // dequantize_cols (multiply, then add) does: the same bits (checked in affine_format_test).
 // A 32-column block lies within one group (groups are 32, 64 or 128 columns).
@@ -13,9 +13,9 @@
 
 #include <immintrin.h>
 
-#include "kernels/matmul_blocked_tile.h"
-
 #include <cstdlib>
+
+#include "kernels/matmul_blocked_tile.h"
 
 #define M3_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define M3_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))

@@ -1,7 +1,7 @@
-// MXFP8's panel fill on AVX2 and AVX-512: E4M3 bytes widened to fp32 in registers and multiplied by
-// the block's UE8M0 scale, the same values as the format's table-driven dequantize_cols (bit for
-// bit: both widen exactly and round one fp32 product). Decode streams 1.03 bytes per weight, so it
-// is bound by how fast this runs; the scalar tables cost ~0.35 ns per weight (docs/FORMATS.md).
+// MXFP8's panel fill and direct tiles on AVX2 and AVX-512: E4M3 bytes widened to fp32 in registers
+// and multiplied by the block's UE8M0 scale, the same values as the format's table-driven
+// dequantize_cols (bit for bit: both widen exactly and round one fp32 product). Decode streams 1.03
+// bytes per weight, so it is bound by how fast this runs (docs/FORMATS.md).
 //
 // E4M3 (sign, 4 exponent bits with bias 7, 3 mantissa bits) widens through F16 (5 exponent bits,
 // bias 15, 10 mantissa bits): the byte's magnitude shifted up by 7 and its sign by 8 is an F16 of
@@ -10,7 +10,7 @@
 // 2^8 x 2^(s - 127) then rounds the product once, as the tables' e4m3 x 2^(s - 127) does. Where
 // 2^(s - 119) is not a finite fp32 (s > 246) the two factors are applied one after the other,
 // which is the same value (x 2^8 is exact). A block holding a NaN code (0x7f, 0xff) takes the
-// tables: real checkpoints have none, and the check costs a compare per 16 bytes.
+// tables: real checkpoints have none, and the check costs a compare per block.
 #include "kernels/matmul_tile.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -20,10 +20,10 @@
 
 #include <immintrin.h>
 
-#include "kernels/matmul_blocked_tile.h"
-
 #include <cmath>
 #include <cstdlib>
+
+#include "kernels/matmul_blocked_tile.h"
 
 #define M3_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define M3_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c")))
