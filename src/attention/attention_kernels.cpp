@@ -41,15 +41,17 @@ void qk_scores_generic(const float* q, int nq, int dim, const T* kT, int kt_stri
   }
 }
 
+// With scales (an fp8 cache), key t's score is multiplied by 2^(scales[t] - 127) before the max.
 template <typename T>
-void qk_block_max_generic(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out) {
+void qk_block_max_generic(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* out,
+                          const uint8_t* scales = nullptr) {
   float s[256];
   for (int i = 0; i < nq; ++i) {
     float best = -INFINITY;
     for (int t0 = 0; t0 < n_keys; t0 += 256) {
       const int n = std::min(256, n_keys - t0);
       qk_scores_generic(q + int64_t(i) * dim, 1, dim, kT + t0, kt_stride, n, s, 256);
-      for (int t = 0; t < n; ++t) best = std::max(best, s[t]);
+      for (int t = 0; t < n; ++t) best = std::max(best, scales ? s[t] * ue8m0_to_f32(scales[t0 + t]) : s[t]);
     }
     out[i] = best;
   }
@@ -104,16 +106,7 @@ void qk_scores_fp8_entry(const float* q, int nq, int dim, const uint8_t* kT, con
 }
 void qk_block_max_fp8_entry(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
                             int n_keys, float* out, const void*, size_t) {
-  float s[256];
-  for (int i = 0; i < nq; ++i) {
-    float best = -INFINITY;
-    for (int t0 = 0; t0 < n_keys; t0 += 256) {
-      const int n = std::min(256, n_keys - t0);
-      qk_scores_generic(q + int64_t(i) * dim, 1, dim, kT + t0, kt_stride, n, s, 256);
-      for (int t = 0; t < n; ++t) best = std::max(best, s[t] * ue8m0_to_f32(scales[t0 + t]));
-    }
-    out[i] = best;
-  }
+  qk_block_max_generic(q, nq, dim, kT, kt_stride, n_keys, out, scales);
 }
 
 // Each value row's scale goes into its column of P: p x (v x 2^e) = (p x 2^e) x v exactly.

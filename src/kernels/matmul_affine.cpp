@@ -60,54 +60,7 @@ M3_AVX2 inline void unpack(const uint8_t* p, __m128i& lo16, __m128i& hi16) {
   }
 }
 
-// The low 8 bytes of `bytes` as values, mapped to scale x q + bias.
-M3_AVX2 inline void put8(__m128i bytes, __m256 s, __m256 b, float* dst) {
-  _mm256_store_ps(dst, _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bytes)), s, b));
-}
-
-template <int Bits>
-M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
-                       float* panel) {
-  constexpr int kBlockBytes = kBlock * Bits / 8;
-  const RowPointers p(w, n, row_step, rows);
-  const int shift = blocks_per_group_log2(w);
-  float* out = panel;
-  for (int64_t kb = kb0; kb < kb1; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      const uint8_t* q = p.q[j] + kb * kBlockBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
-      const int64_t g = kb >> shift;
-      const __m256 s = _mm256_set1_ps(bf16_to_f32(p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(p.biases[j][g]));
-      __m128i lo, hi;
-      unpack<Bits>(q, lo, hi);
-      put8(lo, s, b, out);
-      put8(_mm_srli_si128(lo, 8), s, b, out + 8);
-      put8(hi, s, b, out + 16);
-      put8(_mm_srli_si128(hi, 8), s, b, out + 24);
-    }
-}
-
-template <int Bits>
-M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
-                           float* panel) {
-  constexpr int kBlockBytes = kBlock * Bits / 8;
-  const RowPointers p(w, n, row_step, rows);
-  const int shift = blocks_per_group_log2(w);
-  float* out = panel;
-  for (int64_t kb = kb0; kb < kb1; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      const uint8_t* q = p.q[j] + kb * kBlockBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
-      const int64_t g = kb >> shift;
-      const __m512 s = _mm512_set1_ps(bf16_to_f32(p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(p.biases[j][g]));
-      __m128i lo, hi;
-      unpack<Bits>(q, lo, hi);
-      _mm512_store_ps(out, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, b));
-      _mm512_store_ps(out + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, b));
-    }
-}
-
-// The direct tiles' view of the affine formats (matmul_blocked_tile.h).
+// The affine formats for the direct tiles and panel fills (matmul_blocked_tile.h).
 template <int Bits>
 struct AffinePolicy {
   static constexpr int kBlockBytes = kBlock * Bits / 8;
@@ -162,8 +115,8 @@ BlockedTile affine_direct_tile(CpuPath path, int bits) {
 PanelFill affine_panel_fill(CpuPath path, int bits) {
   if (bits != 4 && bits != 8) return nullptr;
   switch (path) {
-    case CpuPath::Avx2: return bits == 4 ? &fill_avx2<4> : &fill_avx2<8>;
-    case CpuPath::Avx512: return bits == 4 ? &fill_avx512<4> : &fill_avx512<8>;
+    case CpuPath::Avx2: return bits == 4 ? &blocked::fill256<AffinePolicy<4>> : &blocked::fill256<AffinePolicy<8>>;
+    case CpuPath::Avx512: return bits == 4 ? &blocked::fill512<AffinePolicy<4>> : &blocked::fill512<AffinePolicy<8>>;
     default: return nullptr;
   }
 }

@@ -1,5 +1,5 @@
 #pragma once
-// Direct tiles for blocked weight formats (MXFP8, affine) on AVX-512 and AVX2: the decode path.
+// Direct tiles and panel fills for blocked weight formats (MXFP8, affine) on AVX-512 and AVX2.
 // Like the dense formats' direct tiles (matmul_avx512.cpp), they stream each weight row once over
 // all of K and widen every 32-block in registers, so nothing is stored and read back through a
 // panel; the format supplies the widening (a Policy, below). The arithmetic is the lane order of
@@ -8,7 +8,7 @@
 // path's bits and never depends on M.
 //
 // A Policy provides:
-//   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };
+//   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
 //   static void widen512(const Rows&, int j, int64_t kb, __m512& pass0, __m512& pass1);   // AVX-512
 //   static void widen256(const Rows&, int j, int64_t kb, __m256 (&v)[4]);  // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1
 //   static void prefetch(const Rows&, int j, int64_t kb);
@@ -79,6 +79,37 @@ M3_BLOCKED_AVX2 void tile256(const LinearWeight& w, int64_t n, int64_t row_step,
   }
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
+}
+
+// The panel fill of the same format (PanelFill, matmul_tile.h): blocks [kb0, kb1) of `rows` rows
+// widened as the direct tiles widen them, stored block-major for the panel tiles (prefill).
+template <class Policy>
+M3_BLOCKED_AVX512 void fill512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                               float* panel) {
+  const typename Policy::Rows r(w, n, row_step, rows);
+  float* out = panel;
+  for (int64_t kb = kb0; kb < kb1; ++kb)
+    for (int j = 0; j < rows; ++j, out += kBlock) {
+      Policy::prefetch(r, j, kb);
+      __m512 w0, w1;
+      Policy::widen512(r, j, kb, w0, w1);
+      _mm512_store_ps(out, w0);
+      _mm512_store_ps(out + 16, w1);
+    }
+}
+
+template <class Policy>
+M3_BLOCKED_AVX2 void fill256(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                             float* panel) {
+  const typename Policy::Rows r(w, n, row_step, rows);
+  float* out = panel;
+  for (int64_t kb = kb0; kb < kb1; ++kb)
+    for (int j = 0; j < rows; ++j, out += kBlock) {
+      Policy::prefetch(r, j, kb);
+      __m256 v[4];
+      Policy::widen256(r, j, kb, v);
+      for (int i = 0; i < 4; ++i) _mm256_store_ps(out + 8 * i, v[i]);
+    }
 }
 
 // Tables of the (MR, NR) shapes the planner asks for (run_range's direct tiles: nr is at most the

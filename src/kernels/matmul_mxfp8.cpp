@@ -84,27 +84,6 @@ M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)
   }
 }
 
-M3_AVX2 void fill_avx2(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
-                       float* panel) {
-  const uint8_t* q_rows[kMaxPanelRows];
-  const uint8_t* s_rows[kMaxPanelRows];
-  row_pointers(w, n, row_step, rows, q_rows, s_rows);
-  float* out = panel;
-  for (int64_t kb = kb0; kb < kb1; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      const uint8_t* q = q_rows[j] + kb * kBlock;
-      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
-      if (has_nan_code(q)) {
-        block_from_tables(w, n + j * row_step, kb, out);
-        continue;
-      }
-      const BlockScale bs = block_scale(s_rows[j][kb]);
-      __m256 v[4];
-      e4m3_block(q, bs.first, bs.second, v);
-      for (int i = 0; i < 4; ++i) _mm256_store_ps(out + 8 * i, v[i]);
-    }
-}
-
 M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi) {
   const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   // (v << 8) & 0x8000 | (v << 7) & 0x3f80 in one ternary-logic op: bits of a where c is set, else of b.
@@ -115,36 +94,7 @@ M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi) {
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
-M3_AVX512 void fill_avx512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
-                           float* panel) {
-  const uint8_t* q_rows[kMaxPanelRows];
-  const uint8_t* s_rows[kMaxPanelRows];
-  row_pointers(w, n, row_step, rows, q_rows, s_rows);
-  float* out = panel;
-  for (int64_t kb = kb0; kb < kb1; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      const uint8_t* q = q_rows[j] + kb * kBlock;
-      _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
-      if (has_nan_code(q)) {
-        block_from_tables(w, n + j * row_step, kb, out);
-        continue;
-      }
-      const BlockScale bs = block_scale(s_rows[j][kb]);
-      const __m512 s1 = _mm512_set1_ps(bs.first), s2 = _mm512_set1_ps(bs.second);
-      __m512 lo, hi;
-      e4m3x32(q, lo, hi);
-      lo = _mm512_mul_ps(lo, s1);
-      hi = _mm512_mul_ps(hi, s1);
-      if (bs.second != 1.0f) {
-        lo = _mm512_mul_ps(lo, s2);
-        hi = _mm512_mul_ps(hi, s2);
-      }
-      _mm512_store_ps(out, lo);
-      _mm512_store_ps(out + 16, hi);
-    }
-}
-
-// The direct tiles' view of MXFP8 (matmul_blocked_tile.h).
+// MXFP8 for the direct tiles and panel fills (matmul_blocked_tile.h).
 struct Mxfp8Policy {
   struct Rows {
     const LinearWeight* w;
@@ -212,8 +162,8 @@ BlockedTile mxfp8_direct_tile(CpuPath path) {
 
 PanelFill mxfp8_panel_fill(CpuPath path) {
   switch (path) {
-    case CpuPath::Avx2: return &fill_avx2;
-    case CpuPath::Avx512: return &fill_avx512;
+    case CpuPath::Avx2: return &blocked::fill256<Mxfp8Policy>;
+    case CpuPath::Avx512: return &blocked::fill512<Mxfp8Policy>;
     default: return nullptr;
   }
 }
