@@ -23,7 +23,8 @@ LAYERS = [
     ["io", "kernels", "tokenizer", "memory"],
     ["attention", "chat"],
     ["model", "vision"],
-    ["runtime", "fixtures"],  # fixtures: tests/fixtures (random checkpoints), linked by tools and tests
+    ["runtime", "fixtures", "train"],  # fixtures: tests/fixtures (random checkpoints), linked by tools and tests;
+    # train: backward passes, losses, optimizer beside the inference layers they reuse
     ["server"],
     ["m3"],  # tools/m3, the command line
 ]
