@@ -55,11 +55,11 @@ StepStats TrainModel<T>::forward_backward(const int32_t* tokens, const int32_t* 
            table_.total());
   if (opt.backward) M3_CHECK(grads.size() == params.size(), "training: the gradient array is not sized");
   M3_CHECK(!use_given || decisions != nullptr, "training: use_given without decisions");
-  for (int64_t i = 0; i < rows; ++i) {
+  for (int64_t i = 0; i < rows; ++i)
     M3_CHECK(tokens[i] >= 0 && tokens[i] < V, "token id ", tokens[i], " at index ", i, " is outside the vocabulary [0, ",
              V, ")");
-    M3_CHECK(targets[i] < V, "target id ", targets[i], " at index ", i, " is outside the vocabulary");
-  }
+  for (int64_t i = 0; i < rows; ++i)
+    M3_CHECK(targets[i] < V, "target id ", targets[i], " at index ", i, " is outside the vocabulary [0, ", V, ")");
   const T* P = params.data();
   T* G = opt.backward ? grads.data() : nullptr;
   auto p = [&](R role, int l = -1, int e = -1) { return P + table_.at(role, l, e); };

@@ -21,6 +21,8 @@ and its index key become E4M3 times a power-of-two scale per vector (round_to_fp
 Command line:
   /usr/bin/python3 tests/reference/m3_reference.py --model DIR (--tokens 1,2,3 | --tokens-file F)
       --out logits.npy [--selection-out sel.npz] [--dtype float64|float32] [--cache-dtype f32|bf16|fp8]
+  /usr/bin/python3 tests/reference/m3_reference.py --model DIR --tokens ... --losses [--indexer-warmup]
+      prints the training losses of `m3 grad` (training_losses: cross-entropy and the indexer KL)
 """
 import argparse
 import json
@@ -460,12 +462,12 @@ def attention(q, k, v, block_sel=None, block_size=None, chunk=None):
     return out
 
 
-def moe_route(router_logits, bias, top_k, scaling):
+def moe_route(router_logits, bias, top_k, scaling, fixed=None):
     """Sigmoid routing with a selection-only bias. Returns (experts [T, k], weights [T, k]).
-    Ties in s + bias go to the smaller expert id."""
+    Ties in s + bias go to the smaller expert id. fixed: experts [T, k] to use instead of choosing."""
     s = sigmoid(router_logits)
     c = s + (bias if bias is not None else 0.0)
-    experts = np.argsort(-c, axis=1, kind="stable")[:, :top_k]
+    experts = np.argsort(-c, axis=1, kind="stable")[:, :top_k] if fixed is None else fixed
     se = np.take_along_axis(s, experts, axis=1)
     weights = se / se.sum(axis=1, keepdims=True) * scaling
     return experts, weights
@@ -477,13 +479,17 @@ def moe_route(router_logits, bias, top_k, scaling):
 
 
 class M3Reference:
-    def __init__(self, model_dir, dtype=np.float64, cache_dtype="f32"):
+    def __init__(self, model_dir, dtype=np.float64, cache_dtype="f32", overrides=None):
+        """overrides: {tensor name without "language_model.": array} used instead of the stored
+        tensor (the finite-difference checks of the training gradients perturb weights this way)."""
         if cache_dtype not in ("f32", "bf16", "fp8"):
             raise ValueError(f"cache_dtype must be f32, bf16 or fp8, not {cache_dtype!r}")
         self.ckpt = Checkpoint(model_dir)
         self.cfg = TextConfig(self.ckpt.config)
         self.dtype = dtype
         self.cache_dtype = cache_dtype
+        self.overrides = overrides if overrides is not None else {}
+        self._train = None  # set by losses()
 
     def _cached(self, x):
         """What reading x back from the KV cache gives: x itself, or x rounded to bf16."""
@@ -492,6 +498,8 @@ class M3Reference:
         return round_to_bf16(x) if self.cache_dtype == "bf16" else x
 
     def w(self, name, shape=None):
+        if name in self.overrides:
+            return self.overrides[name]
         return self.ckpt.get(PREFIX + name, dtype=self.dtype, shape=shape)
 
     def _ffn(self, x, gate, up, down):
@@ -511,7 +519,11 @@ class M3Reference:
         bias = None
         if c.use_routing_bias:
             bias = self.w(pre + "e_score_correction_bias", shape=(E,))
-        experts, weights = moe_route(h @ gate.T, bias, c.num_experts_per_tok, c.routed_scaling_factor)
+        frozen = self._train["frozen"] if self._train else None
+        experts, weights = moe_route(h @ gate.T, bias, c.num_experts_per_tok, c.routed_scaling_factor,
+                                     fixed=frozen["experts"][L] if frozen else None)
+        if self._train:
+            self._train["experts"][L] = experts
         if info is not None:
             info["experts"][L] = experts
         y = np.zeros_like(h)
@@ -551,10 +563,19 @@ class M3Reference:
             ik = rms_norm(ik, self.w(pre + "index_k_norm.weight", shape=(Di,)), c.rms_norm_eps, c.use_gemma_norm)
             iq = rope_neox_partial(iq, pos, c.rotary_dim, c.rope_theta)
             ik = self._cached(rope_neox_partial(ik, pos, c.rotary_dim, c.rope_theta)[:, 0, :])
-            sel, margin = msa_select_blocks(iq, ik, c.block_size, c.topk_blocks)
-            if info is not None:
-                info["selection"][L] = sel
-                info["margin"][L] = margin
+            frozen = self._train["frozen"] if self._train else None
+            if frozen:
+                sel = frozen["selection"][L]
+            else:
+                sel, margin = msa_select_blocks(iq, ik, c.block_size, c.topk_blocks)
+                if info is not None:
+                    info["selection"][L] = sel
+                    info["margin"][L] = margin
+            if self._train:
+                self._train["selection"][L] = sel
+                if self._train["warmup"]:
+                    sel = None  # dense main attention, and the KL over the whole causal history
+                self._train["kl"][L] = indexer_kl(q, k, iq, ik, sel, c.block_size)
         o = attention(q, k, v, sel, c.block_size)
         return o.reshape(T, -1) @ self.w(pre + "o_proj.weight").T
 
@@ -606,6 +627,54 @@ class M3Reference:
         return (logits, info) if want_info else logits
 
 
+def indexer_kl(q, k, iq, ik, block_sel, block_size):
+    """The MSA indexer objective of one layer (spec §4.7): (1/(G*T)) sum_p sum_g KL(Pbar_g(p) || Q_g(p))
+    over each query's support: its selected blocks (block_sel bool [G, T, nb]) or, with block_sel None,
+    its whole causal history. Pbar_g = mean over group g's query heads of softmax(q.k/sqrt(D)) on the
+    support; Q_g = softmax(iq_g.ik/sqrt(Di)) on the same keys. Full [T, T] matrices: test sizes only."""
+    T, H, D = q.shape
+    G, Di = iq.shape[1], iq.shape[2]
+    hpg = H // G
+    t = np.arange(T)
+    causal = t[None, :] <= t[:, None]
+    total = 0.0
+    for g in range(G):
+        support = causal if block_sel is None else causal & block_sel[g][:, t // block_size]
+        s = np.einsum("phd,td->hpt", q[:, g * hpg:(g + 1) * hpg, :], k[:, g, :]) / math.sqrt(D)
+        s = np.where(support[None], s, -np.inf)
+        s = s - s.max(axis=2, keepdims=True)
+        p = np.exp(s)
+        p /= p.sum(axis=2, keepdims=True)
+        teacher = p.mean(axis=0)  # [T, T]
+        z = np.where(support, (iq[:, g, :] @ ik.T) / math.sqrt(Di), -np.inf)
+        log_q = z - z.max(axis=1, keepdims=True)
+        log_q = log_q - np.log(np.exp(log_q).sum(axis=1, keepdims=True))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            terms = np.where(support & (teacher > 0), teacher * (np.log(teacher) - log_q), 0.0)
+        total += terms.sum()
+    return total / (G * T)
+
+
+def training_losses(ref, tokens, warmup=False, frozen=None):
+    """The training losses of one sequence (the contract of `m3 grad`, docs/TRAINING.md):
+    L_CE = mean over t < T-1 of -log softmax(logits_t)[tokens[t+1]], and L_KL = sum over MSA layers of
+    indexer_kl. warmup: main attention dense and the KL over the whole causal history. frozen: the
+    decisions of an earlier call (MSA selections, MoE top-k) to hold fixed. Returns
+    (ce, kl, {layer: kl}, decisions)."""
+    ref._train = {"warmup": warmup, "frozen": frozen, "kl": {}, "selection": {}, "experts": {}}
+    try:
+        logits = ref.forward(tokens)
+    finally:
+        train, ref._train = ref._train, None
+    tokens = np.asarray(tokens, dtype=np.int64)
+    z = logits[:-1]
+    m = z.max(axis=1, keepdims=True)
+    lse = (m + np.log(np.exp(z - m).sum(axis=1, keepdims=True)))[:, 0]
+    ce = float(np.mean(lse - z[np.arange(z.shape[0]), tokens[1:]]))
+    decisions = {"selection": train["selection"], "experts": train["experts"]}
+    return ce, float(sum(train["kl"].values())), train["kl"], decisions
+
+
 def run_reference(model_dir, tokens, return_selection=False, dtype=np.float64, cache_dtype="f32"):
     return M3Reference(model_dir, dtype=dtype, cache_dtype=cache_dtype).forward(tokens, return_selection=return_selection)
 
@@ -622,7 +691,9 @@ def main(argv=None):
     g = ap.add_mutually_exclusive_group(required=True)
     g.add_argument("--tokens", help="comma-separated token ids")
     g.add_argument("--tokens-file", help="file of token ids (comma or whitespace separated)")
-    ap.add_argument("--out", required=True, help="output .npy: logits [T, vocab] float64")
+    ap.add_argument("--out", help="output .npy: logits [T, vocab] float64 (required unless --losses)")
+    ap.add_argument("--losses", action="store_true", help="print the training losses (CE, indexer KL) instead")
+    ap.add_argument("--indexer-warmup", action="store_true", help="with --losses: the dense warm-up stage")
     ap.add_argument("--selection-out", help="optional .npz: per MSA layer selected blocks [groups, T, blocks] "
                     "and selection margins")
     ap.add_argument("--dtype", choices=["float64", "float32"], default="float64")
@@ -633,6 +704,14 @@ def main(argv=None):
     tokens = [int(t) for t in a.tokens.split(",") if t.strip()] if a.tokens else read_token_file(a.tokens_file)
     t0 = time.time()
     ref = M3Reference(a.model, dtype=np.float64 if a.dtype == "float64" else np.float32, cache_dtype=a.cache_dtype)
+    if a.losses:
+        ce, kl, per_layer, _ = training_losses(ref, tokens, warmup=a.indexer_warmup)
+        print(f"ce_loss {ce:.12g}\nkl_loss {kl:.12g}")
+        for L, v in sorted(per_layer.items()):
+            print(f"layer {L} kl {v:.12g}")
+        return 0
+    if not a.out:
+        ap.error("--out is required (or --losses)")
     logits, info = ref.forward(tokens, return_selection=True, verbose=a.verbose)
     np.save(a.out, logits)
     if a.selection_out:

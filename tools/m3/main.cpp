@@ -53,6 +53,7 @@ int main(int argc, char** argv) {
   register_chat(app);
   register_quantize(app);
   register_perplexity(app);
+  register_grad(app);
   add_type_checks(app);
 
   const std::vector<std::string> names = subcommand_names(app);
