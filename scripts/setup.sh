@@ -18,6 +18,7 @@ packages=(
   libavformat-dev libavcodec-dev              # video decoding (FFmpeg, in-process)
   libswscale-dev libavutil-dev
   clang libclang-rt-dev                       # fuzz harnesses (libFuzzer + ASan/UBSan runtimes), scripts/fuzz.sh
+  gnuplot-nox                                 # m3 train's loss curves (PNG)
 )
 
 missing=()

@@ -243,6 +243,11 @@ StepStats TrainModel<T>::forward_backward(const int32_t* tokens, const int32_t* 
   std::vector<T> inv_final(static_cast<size_t>(rows)), y_final(size_t(rows * H)), logits(size_t(rows * V));
   rmsnorm_forward(x.data(), p(R::FinalNorm), rows, H, eps, y_final.data(), inv_final.data());
   linear_forward(pool_, y_final.data(), p(head), rows, H, V, logits.data());
+  if (opt.want_argmax)
+    for (int64_t i = 0; i < rows; ++i) {
+      const T* z = logits.data() + i * V;
+      st.argmax.push_back(int32_t(std::max_element(z, z + V) - z));
+    }
   st.ce = cross_entropy(logits.data(), targets, rows, V, logits.data());  // logits now hold dlogits
   for (int64_t i = 0; i < rows; ++i) st.targets += targets[i] >= 0;
   for (double kl : st.layer_kl) st.kl += kl;

@@ -26,6 +26,7 @@ struct StepOptions {
   bool indexer_warmup = false;
   bool backward = true;         // false: losses only (evaluation)
   bool measure_recall = false;  // indexer recall per layer (costs one dense attention pass)
+  bool want_argmax = false;     // StepStats::argmax: each row's most likely next token
 };
 
 // The discrete decisions of one step: per layer, the block choice of each sequence (MSA layers)
@@ -44,6 +45,7 @@ struct StepStats {
                                        // selected blocks, over the rows whose selection is sparse
                                        // (-1: not measured or no such row)
   std::vector<std::vector<int64_t>> expert_load;  // [layer][expert] routed rows (MoE layers)
+  std::vector<int32_t> argmax;         // (rows) with want_argmax: argmax of each row's logits
 };
 
 template <typename T>

@@ -20,5 +20,6 @@ void register_chat(CLI::App& app);
 void register_quantize(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_grad(CLI::App& app);
+void register_train(CLI::App& app);
 
 }  // namespace m3::cli

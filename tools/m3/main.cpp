@@ -54,6 +54,7 @@ int main(int argc, char** argv) {
   register_quantize(app);
   register_perplexity(app);
   register_grad(app);
+  register_train(app);
   add_type_checks(app);
 
   const std::vector<std::string> names = subcommand_names(app);
