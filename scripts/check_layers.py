@@ -54,6 +54,7 @@ BELOW_THE_API = {
     "tools/m3/cmd_bench_attention.cpp": "times the attention kernels themselves against the machine's bounds",
     "tools/m3/cmd_bench_matmul.cpp": "times the matmul kernels themselves against the machine's bounds",
     "tools/m3/cmd_bench_gemm_libs.cpp": "times the matmul kernels side by side with OpenBLAS and oneDNN",
+    "tools/m3/cmd_bench_train.cpp": "times a training step (src/train/) op by op against the FMA peak",
     "tools/m3/cmd_bench_vision.cpp": "times one vision-tower layer and video decoding, below the encode call",
     "tools/m3/cmd_make_checkpoint.cpp": "writes test checkpoints with the fixtures library (not part of the engine)",
     "tools/m3/cmd_inspect.cpp": "reads config.json and safetensors headers without loading a model",

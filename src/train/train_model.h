@@ -15,6 +15,7 @@
 #include "base/thread_pool.h"
 #include "io/model_config.h"
 #include "train/attention_train.h"
+#include "train/op_profile.h"
 #include "train/parameters.h"
 
 namespace m3::train {
@@ -58,6 +59,7 @@ class TrainModel {
 
   std::vector<T> params;  // table().total() values
   std::vector<T> grads;   // same layout; forward_backward adds into it (zero it per step)
+  OpProfile* profile = nullptr;  // when set, each op's time and matmul FLOPs are added to it
 
   // tokens, targets (batch, seq): targets < 0 are ignored. decisions: nullptr, or in/out: when
   // `use_given` the choices in it are used, else the step's choices are stored in it.

@@ -25,6 +25,7 @@ void register_bench_batch(CLI::App* bench);
 void register_bench_vision(CLI::App* bench);
 void register_bench_gemm_libs(CLI::App* bench);
 void register_bench_json(CLI::App* bench);
+void register_bench_train(CLI::App* bench);
 
 std::vector<long long> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<long long> out;
@@ -76,6 +77,7 @@ void register_bench(CLI::App& app) {
   register_bench_vision(cmd);
   register_bench_gemm_libs(cmd);
   register_bench_json(cmd);
+  register_bench_train(cmd);
   cmd->callback([a, cmd] {
     if (!cmd->get_subcommands().empty()) return;  // a bench subcommand ran
     M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (attention, matmul, batch, vision, libs, json)");
