@@ -64,6 +64,7 @@ BELOW_THE_API = {
     "tools/m3/cmd_make_video.cpp": "encodes synthetic test clips with FFmpeg",
     "tools/m3/cmd_quantize.cpp": "rewrites checkpoint files in another weight format (formats, safetensors), not a model run",
     "tools/m3/cmd_grad.cpp": "computes a training gradient (src/train/), which the inference API does not expose",
+    "tools/m3/cmd_task_examples.cpp": "prints the training task generator's examples (src/train/) for evaluation",
     "tools/m3/cmd_train.cpp": "runs the trainer (src/train/) and makes preset models with the fixtures library",
     "tools/m3/cmd_perplexity.cpp": "reads the scored text with the engine's one-line file errors (base/read_file.h)",
 }

@@ -57,6 +57,14 @@ std::vector<std::string> expand(const std::string& pattern) {
 
 }  // namespace
 
+std::vector<std::string> read_documents(const std::vector<std::string>& files) {
+  std::vector<std::string> docs;
+  for (const std::string& f : files)
+    for (const std::string& p : expand(f))
+      for (std::string& d : documents_of(p)) docs.push_back(std::move(d));
+  return docs;
+}
+
 TokenStreams tokenize_documents(const std::vector<std::string>& files, const Tokenizer& tokenizer, int32_t end_id,
                                 double valid_fraction) {
   M3_CHECK(!files.empty(), "training data: no files given");
@@ -64,17 +72,13 @@ TokenStreams tokenize_documents(const std::vector<std::string>& files, const Tok
            " is outside [0, 1)");
   TokenStreams out;
   std::vector<int32_t> all;
-  std::vector<std::string> paths;
-  for (const std::string& f : files)
-    for (const std::string& p : expand(f)) paths.push_back(p);
-  for (const std::string& f : paths)
-    for (const std::string& doc : documents_of(f)) {
-      if (doc.empty()) continue;
-      const std::vector<int32_t> ids = tokenizer.encode(doc);
-      all.insert(all.end(), ids.begin(), ids.end());
-      all.push_back(end_id);
-      ++out.documents;
-    }
+  for (const std::string& doc : read_documents(files)) {
+    if (doc.empty()) continue;
+    const std::vector<int32_t> ids = tokenizer.encode(doc);
+    all.insert(all.end(), ids.begin(), ids.end());
+    all.push_back(end_id);
+    ++out.documents;
+  }
   M3_CHECK(out.documents > 0, "training data: the files (", files.front(), files.size() > 1 ? ", ..." : "",
            ") hold no text");
   const size_t valid = size_t(double(all.size()) * valid_fraction);

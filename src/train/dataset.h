@@ -17,6 +17,10 @@ struct TokenStreams {
   int64_t documents = 0;
 };
 
+// The documents of the files (globs expanded, in order): whole text files, or the "text" of each
+// JSONL line.
+std::vector<std::string> read_documents(const std::vector<std::string>& files);
+
 // Throws m3::Error naming the file when one is missing, unreadable, not UTF-8 JSONL where .jsonl
 // is expected, or when the files hold no text at all.
 TokenStreams tokenize_documents(const std::vector<std::string>& files, const Tokenizer& tokenizer, int32_t end_id,

@@ -96,6 +96,7 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
       if (s.find("block_size")) { s.number("block_size", v, 1, 1 << 20); r.model.block_size = v; }
       if (s.find("topk")) { s.number("topk", v, 2, 1 << 20); r.model.topk = v; }
       s.number("seed", r.model.seed, 0, kBig);
+      s.number("tokenizer_merges", r.model.tokenizer_merges, 0, 100000);
       if (const json* c = s.find("config")) {
         M3_CHECK(c->is_object(), source, ": model.config must be an object of text_config keys");
         r.model.config = c->dump();
@@ -119,6 +120,7 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
     s.number("valid_fraction", r.valid_fraction, 0.0, 0.9);
     s.string("task", r.task, {"passkey", "multikey", "associative-recall"});
     s.number("task_tokens", r.task_tokens, 32, kBig);
+    s.number("task_tokens_min", r.task_tokens_min, 32, kBig);
     s.boolean("answer_only", r.answer_only);
     s.number("eval_examples", r.eval_examples, 1, kBig);
   }
@@ -177,6 +179,8 @@ void validate_recipe(const Recipe& r) {
   M3_CHECK(r.files.empty() != r.task.empty(), s, ": data needs exactly one of files or task");
   M3_CHECK(r.task.empty() || r.task_tokens == 0 || r.task_tokens + 8 <= r.seq_len, s, ": data.task_tokens ",
            r.task_tokens, " leaves no room for the answer in seq_len ", r.seq_len);
+  M3_CHECK(r.task_tokens_min == 0 || r.task_tokens_min <= (r.task_tokens > 0 ? r.task_tokens : r.seq_len - 16), s,
+           ": data.task_tokens_min ", r.task_tokens_min, " exceeds the examples' length");
   M3_CHECK(r.schedule.warmup_steps <= r.steps, s, ": schedule.warmup_steps ", r.schedule.warmup_steps,
            " exceeds steps ", r.steps);
   M3_CHECK(r.schedule.cooldown_steps <= r.steps, s, ": schedule.cooldown_steps ", r.schedule.cooldown_steps,
@@ -192,12 +196,14 @@ std::string recipe_to_json(const Recipe& r) {
     if (r.model.block_size) j["model"]["block_size"] = *r.model.block_size;
     if (r.model.topk) j["model"]["topk"] = *r.model.topk;
     if (!r.model.config.empty()) j["model"]["config"] = json::parse(r.model.config);
+    if (r.model.tokenizer_merges > 0) j["model"]["tokenizer_merges"] = r.model.tokenizer_merges;
   }
   j["init"] = r.init;
   j["init_std"] = r.init_std;
   if (!r.files.empty()) j["data"] = {{"files", r.files}, {"valid_fraction", r.valid_fraction}};
   else
-    j["data"] = {{"task", r.task}, {"task_tokens", r.task_tokens}, {"answer_only", r.answer_only},
+    j["data"] = {{"task", r.task}, {"task_tokens", r.task_tokens}, {"task_tokens_min", r.task_tokens_min},
+                 {"answer_only", r.answer_only},
                  {"eval_examples", r.eval_examples}};
   j["seq_len"] = r.seq_len;
   j["batch_size"] = r.batch_size;

@@ -17,6 +17,7 @@ struct ModelSource {
   std::string preset;  // a new model of a `m3 make-checkpoint` preset, made by the front end
   std::optional<int> layers, block_size, topk;
   std::string config;  // JSON object of text_config keys for the preset model (hidden_size, ...)
+  int tokenizer_merges = 0;  // > 0: a new byte-level BPE vocabulary learned from the training files
   uint64_t seed = 0;
 };
 
@@ -31,6 +32,7 @@ struct Recipe {
   double valid_fraction = 0.05;
   std::string task;             // "" | passkey | multikey | associative-recall
   int64_t task_tokens = 0;      // prompt length of a task example (default: seq_len - 16)
+  int64_t task_tokens_min = 0;  // > 0: training examples' lengths uniform in [min, task_tokens]
   bool answer_only = false;     // score only the answer tokens of task examples
   int64_t eval_examples = 64;   // held-out task examples
 

@@ -46,8 +46,10 @@ const char* task_kind_name(TaskKind kind) {
   return "?";
 }
 
-TaskGenerator::TaskGenerator(TaskKind kind, const Tokenizer& tokenizer, int64_t tokens) : kind_(kind), tokens_(tokens) {
+TaskGenerator::TaskGenerator(TaskKind kind, const Tokenizer& tokenizer, int64_t tokens, int64_t min_tokens)
+    : kind_(kind), tokens_(tokens), min_tokens_(min_tokens) {
   M3_CHECK(tokens >= 32, "task examples need at least 32 tokens, got ", tokens);
+  M3_CHECK(min_tokens <= tokens, "task examples: the shortest length ", min_tokens, " exceeds the longest ", tokens);
   std::string all;
   for (const char* f : kFiller) all += f;
   filler_tokens_per_sentence_ = double(tokenizer.encode(all).size()) / kFillerCount;
@@ -57,7 +59,9 @@ TaskGenerator::TaskGenerator(TaskKind kind, const Tokenizer& tokenizer, int64_t 
 
 TaskExample TaskGenerator::make(std::mt19937_64& rng) const {
   // The question and the hidden facts take fixed_tokens_; filler makes up the rest.
-  const double room = double(tokens_ - fixed_tokens_);
+  int64_t tokens = tokens_;
+  if (min_tokens_ > 0) tokens = min_tokens_ + int64_t(rng() % uint64_t(tokens_ - min_tokens_ + 1));
+  const double room = double(tokens - fixed_tokens_);
   return compose(rng, std::max<int64_t>(0, int64_t(room / filler_tokens_per_sentence_)));
 }
 

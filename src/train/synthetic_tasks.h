@@ -27,14 +27,16 @@ struct TaskExample {
 
 class TaskGenerator {
  public:
-  // Examples of about `tokens` prompt tokens (the filler is sized with the tokenizer).
-  TaskGenerator(TaskKind kind, const Tokenizer& tokenizer, int64_t tokens);
+  // Examples of about `tokens` prompt tokens (the filler is sized with the tokenizer); with
+  // min_tokens > 0, of a length drawn uniformly from [min_tokens, tokens] per example (a curriculum
+  // that mixes short retrievals, which teach the copy, with long ones).
+  TaskGenerator(TaskKind kind, const Tokenizer& tokenizer, int64_t tokens, int64_t min_tokens = 0);
   TaskExample make(std::mt19937_64& rng) const;
 
  private:
   TaskExample compose(std::mt19937_64& rng, int64_t filler_sentences) const;
   TaskKind kind_;
-  int64_t tokens_;
+  int64_t tokens_, min_tokens_;
   double filler_tokens_per_sentence_ = 1.0;
   int64_t fixed_tokens_ = 0;  // the example without filler
 };

@@ -78,10 +78,12 @@ class BatchSource {
       if (int64_t(streams_.valid.size()) > r.seq_len) valid_ = std::make_unique<WindowSampler>(streams_.valid, r.seq_len, 0);
     } else {
       const int64_t tokens = r.task_tokens > 0 ? r.task_tokens : r.seq_len - 16;
-      gen_ = std::make_unique<TaskGenerator>(parse_task_kind(r.task), tok, tokens);
+      gen_ = std::make_unique<TaskGenerator>(parse_task_kind(r.task), tok, tokens, r.task_tokens_min);
       task_rng_.seed(r.seed);
-      std::mt19937_64 eval_rng(r.seed ^ 0xE7A1'5EEDull);  // held out: its own stream
-      for (int64_t i = 0; i < r.eval_examples; ++i) eval_.push_back(gen_->make(eval_rng));
+      // Held out: its own stream, every example at the full length.
+      const TaskGenerator full(parse_task_kind(r.task), tok, tokens);
+      std::mt19937_64 eval_rng(r.seed ^ 0xE7A1'5EEDull);
+      for (int64_t i = 0; i < r.eval_examples; ++i) eval_.push_back(full.make(eval_rng));
       // Every held-out example must fit a row with its whole answer, or it could not be scored.
       for (const TaskExample& ex : eval_) {
         const int64_t n = int64_t(tok.encode(ex.prompt).size() + tok.encode(ex.answer).size());

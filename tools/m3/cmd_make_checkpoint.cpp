@@ -3,6 +3,8 @@
 
 #include "commands.h"
 #include "usage.h"
+#include "m3/error.h"
+#include "base/read_file.h"
 #include "fixtures/random_checkpoint.h"
 
 namespace m3::cli {
@@ -11,6 +13,7 @@ void register_make_checkpoint(CLI::App& app) {
   auto opt = std::make_shared<RandomCheckpointOptions>();
   auto block = std::make_shared<int>(0), topk = std::make_shared<int>(0), layers = std::make_shared<int>(0);
   auto shard_mb = std::make_shared<double>(0.0);
+  auto corpus = std::make_shared<std::string>();
   CLI::App* cmd = app.add_subcommand("make-checkpoint", "Write a random checkpoint (config.json, tokenizer.json, safetensors)");
   cmd->add_option("--preset", opt->preset, "tiny | small | m3-slice | tiny-vl | small-vl")->check(CLI::IsMember(preset_names()))->capture_default_str();
   cmd->add_option("--seed", opt->seed, "Random seed")->capture_default_str();
@@ -21,7 +24,12 @@ void register_make_checkpoint(CLI::App& app) {
   cmd->add_option("--shard-mb", *shard_mb, "Split into safetensors shards of at most this many MB");
   cmd->add_option("--weights", opt->weights, "bf16, or mxfp8: the text layers' linears in the official MXFP8 release's layout")
       ->check(CLI::IsMember({"bf16", "mxfp8"}))->capture_default_str();
+  cmd->add_option("--tokenizer-corpus", *corpus, "Learn the tokenizer's merges from this text file (a new vocabulary)");
+  cmd->add_option("--tokenizer-merges", opt->tokenizer_merges, "BPE merges to learn from --tokenizer-corpus")
+      ->check(InRange(1, 100000));
   cmd->callback([=] {
+    M3_CHECK(corpus->empty() == (opt->tokenizer_merges == 0), "--tokenizer-corpus and --tokenizer-merges go together");
+    if (!corpus->empty()) opt->tokenizer_text = read_whole_file(*corpus, "tokenizer corpus");
     if (*block) opt->block_size = *block;
     if (*topk) opt->topk = *topk;
     if (*layers) opt->layers = *layers;

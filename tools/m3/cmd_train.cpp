@@ -10,6 +10,7 @@
 #include "m3/error.h"
 #include "base/thread_pool.h"
 #include "fixtures/random_checkpoint.h"
+#include "train/dataset.h"
 #include "train/trainer.h"
 #include "usage.h"
 
@@ -89,6 +90,17 @@ void register_train(CLI::App& app) {
       o.topk = r.model.topk;
       o.text_config_overrides = r.model.config;
       o.overrides_source = r.source + ": model.config";
+      if (r.model.tokenizer_merges > 0) {
+        // A new vocabulary from the training text (at most 8 MB of it: merges settle long before).
+        M3_CHECK(!r.files.empty(), r.source, ": model.tokenizer_merges learns from data.files, which is empty");
+        for (const std::string& d : train::read_documents(r.files)) {
+          o.tokenizer_text += d;
+          if (o.tokenizer_text.size() > (size_t(8) << 20)) break;
+        }
+        o.tokenizer_merges = r.model.tokenizer_merges;
+        std::fprintf(stderr, "m3 train: learning %d BPE merges from %.1f MB of the training text\n",
+                     o.tokenizer_merges, double(o.tokenizer_text.size()) / 1e6);
+      }
       o.out_dir = (std::filesystem::path(r.out) / "init").string();
       make_random_checkpoint(o);
       r.model.dir = o.out_dir;

@@ -21,5 +21,6 @@ void register_quantize(CLI::App& app);
 void register_perplexity(CLI::App& app);
 void register_grad(CLI::App& app);
 void register_train(CLI::App& app);
+void register_task_examples(CLI::App& app);
 
 }  // namespace m3::cli

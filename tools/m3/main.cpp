@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   register_perplexity(app);
   register_grad(app);
   register_train(app);
+  register_task_examples(app);
   add_type_checks(app);
 
   const std::vector<std::string> names = subcommand_names(app);
