@@ -5,16 +5,24 @@
 #include <limits>
 #include <numeric>
 
+#include "kernels/vec_ops.h"
+
 namespace m3::train {
 
 namespace {
 
-template <typename T>
-T dot(const T* a, const T* b, int n) {
-  T s = 0;
+// Dot products and y += a·x over head dims: float on the kernels' SIMD paths (kernels/vec_ops.h),
+// double (the gradient checks) in plain loops.
+double dot(const double* a, const double* b, int n) {
+  double s = 0;
   for (int i = 0; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+float dot(const float* a, const float* b, int n) { return vec_ops().dot(a, b, n); }
+void axpy(double alpha, const double* x, double* y, int n) {
+  for (int i = 0; i < n; ++i) y[i] += alpha * x[i];
+}
+void axpy(float alpha, const float* x, float* y, int n) { vec_ops().axpy(alpha, x, y, n); }
 
 // The keys query p of group g sees, in the order its blocks are listed (dense: 0..p).
 void visible_keys(const BlockChoice* choice, int g, int64_t p, std::vector<int64_t>& keys) {
@@ -111,9 +119,7 @@ void attention_forward(ThreadPool& pool, const AttentionShape& s, const T* q, co
       std::fill_n(op, D, T(0));
       const T inv = T(1.0 / sum);
       for (size_t j = 0; j < keys.size(); ++j) {
-        const T w = score[j] * inv;
-        const T* vt = v + (keys[j] * Hkv + g) * D;
-        for (int d = 0; d < D; ++d) op[d] += w * vt[d];
+        axpy(score[j] * inv, v + (keys[j] * Hkv + g) * D, op, D);
       }
     }
   });
@@ -147,11 +153,9 @@ void attention_backward(ThreadPool& pool, const AttentionShape& s, const T* q, c
           const T* vt = v + (t * Hkv + g) * D;
           const T prob = std::exp(dot(qp, kt, D) * scale - lse[row]);
           const T ds = prob * (dot(dop, vt, D) - delta) * scale;
-          for (int d = 0; d < D; ++d) {
-            dqp[d] += ds * kt[d];
-            dkh[t * D + d] += ds * qp[d];
-            dvh[t * D + d] += prob * dop[d];
-          }
+          axpy(ds, kt, dqp, D);
+          axpy(ds, qp, dkh + t * D, D);
+          axpy(prob, dop, dvh + t * D, D);
         }
       }
     }
@@ -212,12 +216,8 @@ IndexerKl indexer_kl(ThreadPool& pool, const AttentionShape& s, const T* q, cons
           if (teacher[j] > T(0)) kl += double(teacher[j]) * (std::log(double(teacher[j])) - log_q);
           // d KL / d z_j = Q_j − P̄_j (the teacher sums to 1 over the support)
           const T dz = T(coef * (std::exp(log_q) - double(teacher[j]))) * index_scale;
-          const T* ikt = ik + keys[j] * Di;
-          T* dikt = dikg + keys[j] * Di;
-          for (int d = 0; d < Di; ++d) {
-            diqp[d] += dz * ikt[d];
-            dikt[d] += dz * iqp[d];
-          }
+          axpy(dz, ik + keys[j] * Di, diqp, Di);
+          axpy(dz, iqp, dikg + keys[j] * Di, Di);
         }
         kl_group[size_t(g)] += kl;
       }

@@ -16,18 +16,33 @@ namespace m3::train {
 
 namespace {
 
-// out (cols, rows) = in (rows, cols)ᵀ
-void transpose(const float* in, int64_t rows, int64_t cols, std::vector<float>& out) {
-  out.resize(size_t(rows * cols));
-  constexpr int64_t kTile = 32;  // tiles keep both sides in cache
-  for (int64_t r0 = 0; r0 < rows; r0 += kTile)
-    for (int64_t c0 = 0; c0 < cols; c0 += kTile)
-      for (int64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
-        for (int64_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[size_t(c * rows + r)] = in[r * cols + c];
+// Scratch that lives as long as the thread: the backward runs several transposes per linear per
+// step, and fresh buffers would be zeroed and page-faulted in every time.
+float* scratch(int slot, size_t n) {
+  thread_local std::vector<float> buffers[3];
+  std::vector<float>& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
 }
 
-void add_into(const std::vector<float>& src, float* dst) {
-  for (size_t i = 0; i < src.size(); ++i) dst[i] += src[i];
+// out (cols, rows) = in (rows, cols)ᵀ, in 8 x 8 tiles: each tile's reads and writes stay in one
+// cache line per row.
+float* transpose(int slot, const float* in, int64_t rows, int64_t cols) {
+  float* out = scratch(slot, size_t(rows * cols));
+  constexpr int64_t kTile = 8;
+  for (int64_t r0 = 0; r0 < rows; r0 += kTile) {
+    const int64_t r1 = std::min(rows, r0 + kTile);
+    for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+      const int64_t c1 = std::min(cols, c0 + kTile);
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t r = r0; r < r1; ++r) out[c * rows + r] = in[r * cols + c];
+    }
+  }
+  return out;
+}
+
+void add_into(const float* src, size_t n, float* dst) {
+  for (size_t i = 0; i < n; ++i) dst[i] += src[i];
 }
 
 }  // namespace
@@ -41,23 +56,22 @@ void linear_forward<float>(ThreadPool& pool, const float* x, const float* w, int
 template <>
 void linear_backward<float>(ThreadPool& pool, const float* x, const float* w, const float* dy, int64_t rows, int64_t in,
                             int64_t out, float* dx, float* dw, bool accumulate_dx) {
-  std::vector<float> a, b, product;
   if (dx != nullptr) {
-    transpose(w, out, in, a);  // Wᵀ (in, out)
+    const float* wt = transpose(0, w, out, in);  // Wᵀ (in, out)
     if (accumulate_dx) {
-      product.resize(size_t(rows * in));
-      matmul(pool, dy, rows, dense_weight(DType::F32, a.data(), in, out), product.data());
-      add_into(product, dx);
+      float* product = scratch(2, size_t(rows * in));
+      matmul(pool, dy, rows, dense_weight(DType::F32, wt, in, out), product);
+      add_into(product, size_t(rows * in), dx);
     } else {
-      matmul(pool, dy, rows, dense_weight(DType::F32, a.data(), in, out), dx);
+      matmul(pool, dy, rows, dense_weight(DType::F32, wt, in, out), dx);
     }
   }
   if (dw != nullptr) {
-    transpose(dy, rows, out, a);  // dyᵀ (out, rows)
-    transpose(x, rows, in, b);    // xᵀ (in, rows)
-    product.resize(size_t(out * in));
-    matmul(pool, a.data(), out, dense_weight(DType::F32, b.data(), in, rows), product.data());
-    add_into(product, dw);
+    const float* dyt = transpose(0, dy, rows, out);  // dyᵀ (out, rows)
+    const float* xt = transpose(1, x, rows, in);     // xᵀ (in, rows)
+    float* product = scratch(2, size_t(out * in));
+    matmul(pool, dyt, out, dense_weight(DType::F32, xt, in, rows), product);
+    add_into(product, size_t(out * in), dw);
   }
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
+#include "kernels/vec_ops.h"
 
 using namespace m3;
 
@@ -151,4 +152,28 @@ TEST(Dtype, Conversions) {
   EXPECT_EQ(f8e4m3_to_f32(0x7e), 448.0f);
   EXPECT_TRUE(std::isnan(f8e4m3_to_f32(0x7f)));
   EXPECT_EQ(f8e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+}
+
+// The training ops' vector primitives (kernels/vec_ops.h) on every path this machine runs, at
+// lengths around the vector widths, against a double-precision loop.
+TEST(VecOps, DotAndAxpyMatchPlainLoopsOnEveryPath) {
+  for (m3::CpuPath path : {m3::CpuPath::Generic, m3::CpuPath::Avx2, m3::CpuPath::Avx512, m3::CpuPath::Neon,
+                           m3::CpuPath::Sve}) {
+    if (!m3::cpu_path_supported(path)) continue;
+    const m3::VecOps& ops = m3::vec_ops_at(path);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (int64_t n : {0, 1, 3, 7, 8, 15, 16, 17, 31, 32, 33, 64, 100, 128, 257}) {
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      for (auto& v : a) v = u(rng);
+      for (auto& v : b) v = u(rng);
+      double ref = 0.0;
+      for (int64_t i = 0; i < n; ++i) ref += double(a[size_t(i)]) * double(b[size_t(i)]);
+      EXPECT_NEAR(ops.dot(a.data(), b.data(), n), ref, 1e-5 * (1.0 + double(n))) << m3::cpu_path_name(path) << " n " << n;
+      std::vector<float> y = b;
+      ops.axpy(0.75f, a.data(), y.data(), n);
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_NEAR(y[size_t(i)], double(b[size_t(i)]) + 0.75 * double(a[size_t(i)]), 1e-6) << m3::cpu_path_name(path);
+    }
+  }
 }
