@@ -65,6 +65,24 @@ void moe_forward(ThreadPool& pool, const MoeShape& s, const MoeParams<T>& w, con
     for (int i = 0; i < K; ++i) saved.weight[size_t(r * K + i)] = T(double(sc[ids[i]]) / sum * s.routed_scaling);
   }
 
+  // The sequence-level balance loss, per sequence of s.seq rows.
+  saved.balance_loss = 0.0;
+  if (s.balance_coef > 0) {
+    const int64_t seq = s.seq > 0 ? s.seq : rows;
+    for (int64_t r0 = 0; r0 < rows; r0 += seq) {
+      std::vector<double> f(static_cast<size_t>(E), 0.0), prob(static_cast<size_t>(E), 0.0);
+      for (int64_t r = r0; r < r0 + seq; ++r) {
+        const T* sc = saved.score.data() + r * E;
+        double sum = 0.0;
+        for (int e = 0; e < E; ++e) sum += double(sc[e]);
+        for (int e = 0; e < E; ++e) prob[size_t(e)] += double(sc[e]) / sum / double(seq);
+        for (int i = 0; i < K; ++i) f[size_t(saved.chosen[size_t(r * K + i)])] += double(E) / (double(K) * double(seq));
+      }
+      for (int e = 0; e < E; ++e) saved.balance_loss += s.balance_coef * f[size_t(e)] * prob[size_t(e)];
+    }
+    saved.balance_loss /= double(rows / seq);
+  }
+
   saved.expert.assign(static_cast<size_t>(E), {});
   for (int64_t r = 0; r < rows; ++r)
     for (int i = 0; i < K; ++i) {
@@ -145,6 +163,29 @@ void moe_backward(ThreadPool& pool, const MoeShape& s, const MoeParams<T>& w, co
       const double si = double(sc[ids[i]]);
       const double ds = s.routed_scaling / sum * (double(dweight[size_t(r * K + i)]) - weighted / sum);
       dlogits[size_t(r * E + ids[i])] += T(ds * si * (1.0 - si));
+    }
+  }
+  if (s.balance_coef > 0) {
+    // d/ds_i of Σ_e g_e·s_e/S (g_e = coef·f_e / (seq · sequences), f fixed) = (g_i − Σ_e g_e·s_e/S) / S.
+    const int64_t seq = s.seq > 0 ? s.seq : rows;
+    const double sequences = double(rows / seq);
+    for (int64_t r0 = 0; r0 < rows; r0 += seq) {
+      std::vector<double> gcoef(static_cast<size_t>(E), 0.0);
+      for (int64_t r = r0; r < r0 + seq; ++r)
+        for (int i = 0; i < K; ++i)
+          gcoef[size_t(saved.chosen[size_t(r * K + i)])] +=
+              s.balance_coef * double(E) / (double(K) * double(seq)) / (double(seq) * sequences);
+      for (int64_t r = r0; r < r0 + seq; ++r) {
+        const T* sc = saved.score.data() + r * E;
+        double sum = 0.0, weighted = 0.0;
+        for (int e = 0; e < E; ++e) sum += double(sc[e]);
+        for (int e = 0; e < E; ++e) weighted += gcoef[size_t(e)] * double(sc[e]);
+        for (int e = 0; e < E; ++e) {
+          const double si = double(sc[e]);
+          const double ds = (gcoef[size_t(e)] - weighted / sum) / sum;
+          dlogits[size_t(r * E + e)] += T(ds * si * (1.0 - si));
+        }
+      }
     }
   }
   linear_backward(pool, x, w.router, dlogits.data(), rows, H, E, dx, g.router, true);

@@ -47,6 +47,11 @@ struct MoeShape {
   FfnShape ffn;
   int experts = 0, top_k = 0;
   double routed_scaling = 1.0;
+  // The optional sequence-level balance loss (DeepSeek-V3's complementary loss): per sequence of
+  // `seq` rows, balance_coef · Σ_e f_e·P_e with f_e = E/(K·seq) · (rows routed to e) and
+  // P_e = mean over the rows of s_e / Σ_j s_j. 0: off (M3's recipe balances with the bias alone).
+  double balance_coef = 0.0;
+  int64_t seq = 0;
 };
 
 template <typename T>
@@ -77,6 +82,7 @@ struct MoeSaved {
   std::vector<Expert> expert;
   FfnSaved<T> shared;
   std::vector<T> shared_out;
+  double balance_loss = 0.0;  // mean over the sequences (0 when balance_coef is 0)
 };
 
 // x (rows, hidden) -> out (rows, hidden). fixed_choice (rows, top_k) replaces the router's top-k
@@ -84,7 +90,8 @@ struct MoeSaved {
 template <typename T>
 void moe_forward(ThreadPool& pool, const MoeShape& s, const MoeParams<T>& w, const T* x, int64_t rows,
                  const int32_t* fixed_choice, MoeSaved<T>& saved, T* out);
-// dout (rows, hidden) -> dx (rows, hidden) (written), parameter gradients +=.
+// dout (rows, hidden) -> dx (rows, hidden) (written), parameter gradients +=; with balance_coef,
+// the balance loss's gradient (weight 1) joins the router's.
 template <typename T>
 void moe_backward(ThreadPool& pool, const MoeShape& s, const MoeParams<T>& w, const MoeGrads<T>& g, const T* x,
                   int64_t rows, const MoeSaved<T>& saved, const T* dout, T* dx);

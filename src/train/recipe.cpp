@@ -154,6 +154,7 @@ Recipe parse_recipe(const std::string& text, const std::string& source) {
   if (const json* o = top.find("moe")) {
     Section s(*o, "moe", source);
     s.number("bias_update_rate", r.bias_update_rate, 0.0, 1.0);
+    s.number("balance_loss", r.balance_loss, 0.0, 1.0);
   }
   if (const json* o = top.find("eval")) {
     Section s(*o, "eval", source);
@@ -216,7 +217,7 @@ std::string recipe_to_json(const Recipe& r) {
   j["schedule"] = {{"kind", r.schedule.kind}, {"warmup_steps", r.schedule.warmup_steps},
                    {"cooldown_steps", r.schedule.cooldown_steps}, {"min_lr_ratio", r.schedule.min_lr_ratio}};
   j["msa"] = {{"attention", r.attention}, {"dense_warmup_steps", r.dense_warmup_steps}};
-  j["moe"] = {{"bias_update_rate", r.bias_update_rate}};
+  j["moe"] = {{"bias_update_rate", r.bias_update_rate}, {"balance_loss", r.balance_loss}};
   j["eval"] = {{"every", r.eval_every}, {"batches", r.eval_batches}};
   j["checkpoint"] = {{"every", r.checkpoint_every}};
   j["out"] = r.out;

@@ -42,6 +42,7 @@ struct Recipe {
   std::string attention = "msa";     // "msa", or "dense" (the baseline: main attention dense throughout)
   int64_t dense_warmup_steps = 0;    // MSA: steps of the dense warm-up before selection turns on
   double bias_update_rate = 1e-3;    // MoE routing-bias balance rule (0: off)
+  double balance_loss = 0.0;         // coefficient of the optional sequence-level balance loss (0: off)
   int64_t eval_every = 100, eval_batches = 4;
   int64_t checkpoint_every = 0;      // 0: only at the end
   std::string out;                   // run folder: log.jsonl, loss.png, checkpoint-N/

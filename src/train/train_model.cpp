@@ -86,6 +86,8 @@ StepStats TrainModel<T>::forward_backward(const int32_t* tokens, const int32_t* 
   ms.experts = c.num_local_experts;
   ms.top_k = c.num_experts_per_tok;
   ms.routed_scaling = c.routed_scaling_factor;
+  ms.balance_coef = opt.balance_coef;
+  ms.seq = seq;
   auto ffn_params = [&](R gate, R up, R down, int l, int e, int64_t width) {
     return FfnParams<T>{p(gate, l, e), p(up, l, e), p(down, l, e), width};
   };
@@ -266,6 +268,7 @@ StepStats TrainModel<T>::forward_backward(const int32_t* tokens, const int32_t* 
         moe_forward(pool_, ms, moe_params(l), S.h2.data(), rows, fixed, S.moe, y.data());
       }
       if (decisions != nullptr && !use_given) decisions->experts[size_t(l)] = S.moe.chosen;
+      st.balance += S.moe.balance_loss;
       auto& load = st.expert_load[size_t(l)];
       for (const auto& ex : S.moe.expert) load.push_back(int64_t(ex.rows.size()));
     } else {

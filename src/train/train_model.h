@@ -28,6 +28,8 @@ struct StepOptions {
   bool backward = true;         // false: losses only (evaluation)
   bool measure_recall = false;  // indexer recall per layer (costs one dense attention pass)
   bool want_argmax = false;     // StepStats::argmax: each row's most likely next token
+  double balance_coef = 0.0;    // the optional sequence-level MoE balance loss (moe_train.h), added to
+                                // the backbone's loss in every MoE layer
 };
 
 // The discrete decisions of one step: per layer, the block choice of each sequence (MSA layers)
@@ -40,6 +42,7 @@ struct Decisions {
 struct StepStats {
   double ce = 0.0;                     // L_CE
   double kl = 0.0;                     // L_KL (sum over layers)
+  double balance = 0.0;                // the balance losses (sum over MoE layers; 0 when off)
   int64_t targets = 0;                 // rows that had a target
   std::vector<double> layer_kl;        // per layer (0 for dense layers)
   std::vector<double> layer_recall;    // per layer: mean share of the dense attention mass inside the

@@ -299,7 +299,8 @@ void run_training(const Recipe& r, const std::string& resume, ThreadPool& pool, 
     std::fill(model.grads.begin(), model.grads.end(), 0.0f);
     StepOptions so;
     so.indexer_warmup = dense;
-    double loss = 0.0, kl = 0.0;
+    so.balance_coef = r.balance_loss;
+    double loss = 0.0, kl = 0.0, balance = 0.0;
     std::vector<double> layer_kl(size_t(L), 0.0);
     std::vector<std::vector<int64_t>> loads(static_cast<size_t>(L));
     for (int64_t micro = 0; micro < r.grad_accum; ++micro) {
@@ -307,6 +308,7 @@ void run_training(const Recipe& r, const std::string& resume, ThreadPool& pool, 
       const StepStats st = model.forward_backward(tokens.data(), targets.data(), B, T, so);
       loss += st.ce / double(r.grad_accum);
       kl += st.kl / double(r.grad_accum);
+      balance += st.balance / double(r.grad_accum);
       for (int64_t l = 0; l < L; ++l) {
         layer_kl[size_t(l)] += st.layer_kl[size_t(l)] / double(r.grad_accum);
         auto& acc = loads[size_t(l)];
@@ -325,7 +327,7 @@ void run_training(const Recipe& r, const std::string& resume, ThreadPool& pool, 
     tokens_done += B * T * r.grad_accum;
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     json line = {{"kind", "train"}, {"step", step + 1}, {"lr", lr}, {"loss", loss}, {"kl", kl},
-                 {"layer_kl", layer_kl}, {"grad_norm", clip.backbone_norm}, {"indexer_grad_norm", clip.indexer_norm},
+                 {"layer_kl", layer_kl}, {"balance_loss", balance}, {"grad_norm", clip.backbone_norm}, {"indexer_grad_norm", clip.indexer_norm},
                  {"stage", dense ? "dense" : "sparse"}, {"tokens", (step + 1) * B * T * r.grad_accum},
                  {"tokens_per_s", double(tokens_done) / elapsed}, {"elapsed_s", elapsed}};
     json imbalance = json::array();

@@ -251,13 +251,21 @@ TEST(TrainOps, IndexerKlIsZeroWhenTheStudentIsTheTeacher) {
   for (double d : diq) EXPECT_NEAR(d, 0.0, 1e-12);
 }
 
-TEST(TrainOps, MoeBackwardWithFixedChoice) {
+class MoeBackward : public testing::TestWithParam<bool> {};
+
+// With the balance loss on, the objective is Σ r·y + the balance loss of two sequences.
+TEST_P(MoeBackward, MatchesFiniteDifferencesWithFixedChoice) {
+  const bool balance = GetParam();
   MoeShape s;
+  if (balance) {
+    s.balance_coef = 0.3;
+    s.seq = 5;
+  }
   s.ffn.hidden = 6;
   s.experts = 4;
   s.top_k = 2;
   s.routed_scaling = 2.0;
-  const int64_t rows = 5, width = 3, H = s.ffn.hidden;
+  const int64_t rows = balance ? 10 : 5, width = 3, H = s.ffn.hidden;
   auto x = random_values(size_t(rows * H), 32, -2, 2), router = random_values(size_t(s.experts * H), 33);
   const auto bias = random_values(size_t(s.experts), 34, -0.1, 0.1);
   std::vector<std::vector<double>> ew;  // per expert (gate, up, down) then the shared one
@@ -283,7 +291,7 @@ TEST(TrainOps, MoeBackwardWithFixedChoice) {
     MoeSaved<double> sv;
     std::vector<double> y(size_t(rows * H));
     moe_forward(pool(), s, params(), x.data(), rows, choice.data(), sv, y.data());
-    return dot(r, y);
+    return dot(r, y) + sv.balance_loss;
   };
   std::vector<double> dx(x.size()), drouter(router.size(), 0.0);
   std::vector<std::vector<double>> dew;
@@ -301,6 +309,10 @@ TEST(TrainOps, MoeBackwardWithFixedChoice) {
     if (std::all_of(dew[i].begin(), dew[i].end(), [](double d) { return d == 0.0; })) continue;  // an unused expert
     EXPECT_LT(fd_relative_error(ew[i], dew[i], objective), kTol) << "expert tensor " << i;
   }
+  if (balance) EXPECT_GT(saved.balance_loss, 0.0);
 }
+
+INSTANTIATE_TEST_SUITE_P(WithAndWithoutBalanceLoss, MoeBackward, testing::Bool(),
+                         [](const auto& info) { return info.param ? "BalanceLoss" : "Plain"; });
 
 }  // namespace
