@@ -1,5 +1,6 @@
 #include "train/loss_plot.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -23,11 +24,17 @@ bool write_loss_plot(const std::string& log_jsonl, const std::string& png, std::
   size_t layers = 0;
   std::vector<bool> measured;  // per layer: recall reported at least once (MSA layers)
   bool any_eval = false;
+  double ema = 0.0, ema_kl = 0.0;  // smoothed training curves (a step's batch is noisy)
+  int64_t train_rows = 0;
   while (std::getline(in, line)) {
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
     if (j.is_discarded() || !j.contains("step")) continue;
     if (j.value("kind", "") == "train") {
-      train << j["step"].get<int64_t>() << " " << j.value("loss", 0.0) << " " << j.value("kl", 0.0) << "\n";
+      const double loss = j.value("loss", 0.0), kl = j.value("kl", 0.0);
+      const double a = std::min(0.9, 1.0 - 1.0 / double(++train_rows));  // a running mean at first
+      ema = a * ema + (1 - a) * loss;
+      ema_kl = a * ema_kl + (1 - a) * kl;
+      train << j["step"].get<int64_t>() << " " << loss << " " << kl << " " << ema << " " << ema_kl << "\n";
     } else if (j.value("kind", "") == "eval") {
       any_eval = true;
       eval << j["step"].get<int64_t>() << " " << j.value("val_loss", 0.0) << " " << j.value("val_kl", 0.0);
@@ -51,10 +58,12 @@ bool write_loss_plot(const std::string& log_jsonl, const std::string& png, std::
   gp << "set terminal png size 1200,420 font ',10'\nset output '" << png << "'\n"
      << "set multiplot layout 1,3\nset grid\nset key top right\nset xlabel 'step'\n"
      << "set title 'language-model loss'\nset ylabel 'cross-entropy (nats)'\n"
-     << "plot '" << base << ".train.dat' using 1:2 with lines lw 1 title 'train'";
+     << "plot '" << base << ".train.dat' using 1:2 with lines lc rgb '#c0c0e0' lw 1 title 'train (per step)', '"
+     << base << ".train.dat' using 1:4 with lines lc rgb '#4040a0' lw 2 title 'train (EMA 0.9)'";
   if (any_eval) gp << ", '" << base << ".eval.dat' using 1:2 with linespoints lw 2 pt 7 title 'held-out'";
   gp << "\nset title 'MSA indexer KL (sum over layers)'\nset ylabel 'KL (nats)'\n"
-     << "plot '" << base << ".train.dat' using 1:3 with lines lw 1 title 'train'";
+     << "plot '" << base << ".train.dat' using 1:3 with lines lc rgb '#c0c0e0' lw 1 title 'train (per step)', '"
+     << base << ".train.dat' using 1:5 with lines lc rgb '#4040a0' lw 2 title 'train (EMA 0.9)'";
   if (any_eval) gp << ", '" << base << ".eval.dat' using 1:3 with linespoints lw 2 pt 7 title 'held-out'";
   gp << "\nset title 'indexer recall (teacher mass in the selected blocks)'\nset ylabel 'recall'\nset yrange [0:1.05]\n";
   std::vector<size_t> shown;
