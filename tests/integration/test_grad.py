@@ -9,37 +9,19 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 
 import numpy as np
 
-M3 = os.environ["M3_BIN"]
 SRC = os.environ["M3_SOURCE_DIR"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
 sys.path.insert(0, os.path.join(SRC, "tests", "reference"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import m3_reference as R  # noqa: E402
+from m3_cli import Checks, one_error_line, run  # noqa: E402
 
-results = []
-
-
-def run(*args, ok=True):
-    r = subprocess.run([M3] + list(args), capture_output=True, text=True, timeout=600)
-    if ok and r.returncode != 0:
-        raise AssertionError(f"m3 {' '.join(args)} failed: {r.stderr}")
-    return r
-
-
-def check(name, cond, detail=""):
-    results.append(bool(cond))
-    print(f"{'PASS' if cond else 'FAIL'} {name} {detail}", flush=True)
-
-
-def one_error_line(r, *words):
-    lines = [l for l in r.stderr.splitlines() if l.strip()]
-    return (r.returncode == 1 and len(lines) == 1 and lines[0].startswith("m3: error: ")
-            and all(w.lower() in lines[0].lower() for w in words))
+check = Checks()
 
 
 def read_f32_safetensors(path):
@@ -118,5 +100,4 @@ r = run("grad", "-m", os.path.join(SCRATCH, "missing"), "--tokens", "1,2", "--ou
         ok=False)
 check("a missing model is an error", one_error_line(r, "config.json"), r.stderr.strip())
 
-print(f"{sum(results)}/{len(results)} checks passed")
-sys.exit(0 if all(results) else 1)
+sys.exit(check.exit_code())

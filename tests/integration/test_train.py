@@ -10,34 +10,16 @@ import http.client
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.environ["M3_SOURCE_DIR"], "tests", "server"))
 import server_client  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from m3_cli import M3, Checks, one_error_line, run  # noqa: E402
 
-M3 = os.environ["M3_BIN"]
 SCRATCH = os.environ["M3_SCRATCH"]
 os.makedirs(SCRATCH, exist_ok=True)
-results = []
-
-
-def run(*args, ok=True):
-    r = subprocess.run([M3] + list(args), capture_output=True, text=True, timeout=900)
-    if ok and r.returncode != 0:
-        raise AssertionError(f"m3 {' '.join(args)} failed: {r.stderr}")
-    return r
-
-
-def check(name, cond, detail=""):
-    results.append(bool(cond))
-    print(f"{'PASS' if cond else 'FAIL'} {name} {detail}", flush=True)
-
-
-def one_error_line(r, *words):
-    lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("m3 train:")]
-    return (r.returncode == 1 and len(lines) == 1 and lines[0].startswith("m3: error: ")
-            and all(w.lower() in lines[0].lower() for w in words))
+check = Checks()
 
 
 def write_recipe(name, recipe):
@@ -140,9 +122,8 @@ for i, (change, words) in enumerate(bad):
     recipe = dict(base, out=os.path.join(SCRATCH, f"bad{i}"))
     recipe.update(change)
     r = run("train", "--config", write_recipe(f"bad{i}", recipe), ok=False)
-    check(f"bad recipe {change} is one error line", one_error_line(r, *words), r.stderr.strip()[-300:])
+    check(f"bad recipe {change} is one error line", one_error_line(r, *words, ignore_prefix="m3 train:"), r.stderr.strip()[-300:])
 r = run("train", "--config", os.path.join(SCRATCH, "nope.json"), ok=False)
 check("a missing recipe file is one error line", one_error_line(r, "nope.json"), r.stderr.strip())
 
-print(f"{sum(results)}/{len(results)} checks passed")
-sys.exit(0 if all(results) else 1)
+sys.exit(check.exit_code())
