@@ -11,6 +11,7 @@
 #include "base/thread_pool.h"
 #include "fixtures/random_checkpoint.h"
 #include "train/dataset.h"
+#include "train/loss_plot.h"
 #include "train/trainer.h"
 #include "usage.h"
 
@@ -44,7 +45,7 @@ void print_progress(const train::Progress& p, bool tty) {
 
 void register_train(CLI::App& app) {
   struct Args {
-    std::string config, resume, out, attention;
+    std::string config, resume, out, attention, plot;
     int64_t steps = 0, batch = 0, seq = 0, eval_every = 0, checkpoint_every = -1, dense_warmup = -1;
     double lr = -1;
     int threads = -1;
@@ -52,7 +53,8 @@ void register_train(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("train", "Train a model from a recipe (docs/TRAINING.md)");
-  cmd->add_option("--config", a->config, "Recipe (JSON)")->required();
+  cmd->add_option("--config", a->config, "Recipe (JSON)");
+  cmd->add_option("--plot", a->plot, "Only redraw RUN/loss.png from RUN/log.jsonl (no training)");
   cmd->add_option("--resume", a->resume, "Continue from a checkpoint folder of this run (<out>/checkpoint-N)");
   cmd->add_option("--out", a->out, "Run folder (overrides the recipe's out)");
   cmd->add_option("--steps", a->steps, "Optimizer steps")->check(Positive());
@@ -68,6 +70,14 @@ void register_train(CLI::App& app) {
   cmd->add_option("--seed", a->seed, "Seed of the initialization and the data order")->check(NonNegative());
   cmd->add_option("-t,--threads", a->threads, "Threads (default: the recipe's, else one per core)")->check(NonNegative());
   cmd->callback([a] {
+    if (!a->plot.empty()) {
+      std::string why;
+      const std::string png = (std::filesystem::path(a->plot) / "loss.png").string();
+      M3_CHECK(train::write_loss_plot((std::filesystem::path(a->plot) / "log.jsonl").string(), png, why), png, ": ", why);
+      std::fprintf(stderr, "wrote %s\n", png.c_str());
+      return;
+    }
+    M3_CHECK(!a->config.empty(), "m3 train needs --config recipe.json (or --plot RUN)");
     train::Recipe r = train::read_recipe(a->config);
     if (!a->out.empty()) r.out = a->out;
     if (a->steps > 0) r.steps = a->steps;
