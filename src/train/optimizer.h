@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/thread_pool.h"
 #include "train/parameters.h"
 
 namespace m3::train {
@@ -36,7 +37,8 @@ class AdamW {
 
   // One update with learning rate `lr` (the schedule's value): clips each group's gradient to its
   // norm, then params -= lr·(m̂ / (√v̂ + eps) + wd·params). grads are left clipped.
-  ClipReport step(std::vector<float>& params, std::vector<float>& grads, double lr);
+  // Runs on `pool` in fixed blocks, so the bits do not depend on the thread count.
+  ClipReport step(ThreadPool& pool, std::vector<float>& params, std::vector<float>& grads, double lr);
 
   int64_t steps() const { return t_; }
   // The state, for checkpoints: m, v (one value per parameter) and the step count.

@@ -296,7 +296,7 @@ StepStats TrainModel<T>::forward_backward(const int32_t* tokens, const int32_t* 
     }
   {
     OpScope op(prof, "cross-entropy", false);
-    st.ce = cross_entropy(logits.data(), targets, rows, V, logits.data());  // logits now hold dlogits
+    st.ce = cross_entropy(pool_, logits.data(), targets, rows, V, logits.data());  // logits now hold dlogits
   }
   for (int64_t i = 0; i < rows; ++i) st.targets += targets[i] >= 0;
   for (double kl : st.layer_kl) st.kl += kl;

@@ -112,26 +112,36 @@ void embedding_backward(const int32_t* tokens, const T* dx, int64_t rows, int64_
 }
 
 template <typename T>
-double cross_entropy(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab, T* dlogits) {
+double cross_entropy(ThreadPool& pool, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                     T* dlogits) {
   int64_t count = 0;
   for (int64_t r = 0; r < rows; ++r) count += targets[r] >= 0;
-  double loss = 0.0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* z = logits + r * vocab;
-    T* dz = dlogits + r * vocab;
-    if (targets[r] < 0) {
-      std::fill_n(dz, vocab, T(0));
-      continue;
+  const double scale = count > 0 ? 1.0 / double(count) : 0.0;
+  std::vector<double> row_loss(static_cast<size_t>(rows), 0.0);
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const T* z = logits + r * vocab;
+      T* dz = dlogits + r * vocab;
+      if (targets[r] < 0) {
+        std::fill_n(dz, vocab, T(0));
+        continue;
+      }
+      const T mx = *std::max_element(z, z + vocab);
+      const T target_logit = z[targets[r]];
+      // One exp per logit, kept in dz (which may alias z: each z[i] is read before dz[i] is written).
+      double sum = 0.0;
+      for (int64_t i = 0; i < vocab; ++i) {
+        dz[i] = std::exp(z[i] - mx);
+        sum += double(dz[i]);
+      }
+      row_loss[size_t(r)] = double(mx) + std::log(sum) - double(target_logit);
+      const T f = T(scale / sum);
+      for (int64_t i = 0; i < vocab; ++i) dz[i] *= f;
+      dz[targets[r]] -= T(scale);
     }
-    const T mx = *std::max_element(z, z + vocab);
-    double sum = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) sum += std::exp(double(z[i] - mx));
-    const double lse = double(mx) + std::log(sum);
-    loss += lse - double(z[targets[r]]);
-    const double scale = 1.0 / double(count);
-    for (int64_t i = 0; i < vocab; ++i) dz[i] = T(std::exp(double(z[i]) - lse) * scale);
-    dz[targets[r]] -= T(scale);
-  }
+  }, 8);
+  double loss = 0.0;
+  for (double l : row_loss) loss += l;
   return count > 0 ? loss / double(count) : 0.0;
 }
 
@@ -143,7 +153,7 @@ double cross_entropy(const T* logits, const int32_t* targets, int64_t rows, int6
   template void swigluoai_forward<T>(const T*, const T*, int64_t, double, double, T*);                           \
   template void swigluoai_backward<T>(const T*, const T*, const T*, int64_t, double, double, T*, T*);             \
   template void embedding_backward<T>(const int32_t*, const T*, int64_t, int64_t, T*);                           \
-  template double cross_entropy<T>(const T*, const int32_t*, int64_t, int64_t, T*);
+  template double cross_entropy<T>(ThreadPool&, const T*, const int32_t*, int64_t, int64_t, T*);
 M3_TRAIN_OPS(float)
 M3_TRAIN_OPS(double)
 #undef M3_TRAIN_OPS

@@ -61,8 +61,10 @@ void embedding_backward(const int32_t* tokens, const T* dx, int64_t rows, int64_
 // ---- cross-entropy ----
 // Mean over rows with target >= 0 of -log softmax(logits_row)[target] (rows with target < 0 are
 // ignored). logits (rows, vocab) -> returns the loss; dlogits (rows, vocab) = its gradient
-// (softmax − onehot) / count, zero on ignored rows. dlogits may alias logits.
+// (softmax − onehot) / count, zero on ignored rows. dlogits may alias logits. Rows run in parallel;
+// the loss sums the rows in order.
 template <typename T>
-double cross_entropy(const T* logits, const int32_t* targets, int64_t rows, int64_t vocab, T* dlogits);
+double cross_entropy(ThreadPool& pool, const T* logits, const int32_t* targets, int64_t rows, int64_t vocab,
+                     T* dlogits);
 
 }  // namespace m3::train

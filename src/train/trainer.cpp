@@ -319,7 +319,7 @@ void run_training(const Recipe& r, const std::string& resume, ThreadPool& pool, 
     if (r.grad_accum > 1)
       for (float& g : model.grads) g /= float(r.grad_accum);
     const double lr = learning_rate(sched, r.optimizer.lr, step);
-    const ClipReport clip = opt.step(model.params, model.grads, lr);
+    const ClipReport clip = opt.step(pool, model.params, model.grads, lr);
     if (r.bias_update_rate > 0) update_routing_bias(table, loads, r.bias_update_rate, model.params);
     M3_CHECK(std::isfinite(loss), "training diverged at step ", step + 1, ": the loss is ", loss,
              " (lower optimizer.lr or raise warm-up)");

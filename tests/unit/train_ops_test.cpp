@@ -125,10 +125,10 @@ TEST(TrainOps, CrossEntropyIgnoresUntargetedRows) {
   auto z = random_values(size_t(rows * vocab), 15, -3.0, 3.0);
   const std::vector<int32_t> target = {3, -1, 0, 8};
   std::vector<double> dz(z.size());
-  const double loss = cross_entropy(z.data(), target.data(), rows, vocab, dz.data());
+  const double loss = cross_entropy(pool(), z.data(), target.data(), rows, vocab, dz.data());
   auto objective = [&] {
     std::vector<double> scratch(z.size());
-    return cross_entropy(z.data(), target.data(), rows, vocab, scratch.data());
+    return cross_entropy(pool(), z.data(), target.data(), rows, vocab, scratch.data());
   };
   EXPECT_LT(fd_relative_error(z, dz, objective), kTol);
   double expect = 0.0;  // by hand, over the 3 targeted rows

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "m3/error.h"
+#include "base/thread_pool.h"
 #include "train/moe_balance.h"
 #include "train/optimizer.h"
 #include "train/recipe.h"
@@ -51,6 +52,7 @@ TEST(TrainOptimizer, AdamWMatchesItsFormulaWithSeparateClipGroups) {
   o.clip = 0.5;
   o.indexer_clip = 2.0;
   AdamW opt(table, o);
+  m3::ThreadPool pool(2);
   const auto p0 = m3::test::random_values(size_t(table.total()), 1);
   std::vector<float> params(p0.begin(), p0.end()), first = params;
   std::vector<double> m(params.size(), 0.0), v(params.size(), 0.0), ref(params.begin(), params.end());
@@ -63,7 +65,7 @@ TEST(TrainOptimizer, AdamWMatchesItsFormulaWithSeparateClipGroups) {
       if (g == ParamGroup::Frozen) continue;
       for (int64_t j = 0; j < table.specs()[i].numel(); ++j) sq[g == ParamGroup::Indexer] += g0[size_t(table.offset(i) + j)] * g0[size_t(table.offset(i) + j)];
     }
-    const ClipReport rep = opt.step(params, grads, o.lr);
+    const ClipReport rep = opt.step(pool, params, grads, o.lr);
     EXPECT_NEAR(rep.backbone_norm, std::sqrt(sq[0]), 1e-4);
     EXPECT_NEAR(rep.indexer_norm, std::sqrt(sq[1]), 1e-4);
     const double factor[2] = {std::min(1.0, o.clip / std::sqrt(sq[0])), std::min(1.0, o.indexer_clip / std::sqrt(sq[1]))};

@@ -37,7 +37,7 @@ struct StageResult {
   train::OpProfile profile;
 };
 
-StageResult run_stage(train::TrainModel<float>& model, train::AdamW& opt, const Options& o, bool dense) {
+StageResult run_stage(ThreadPool& pool, train::TrainModel<float>& model, train::AdamW& opt, const Options& o, bool dense) {
   const int64_t V = model.config().vocab_size;
   std::vector<int32_t> tokens(size_t(o.batch * o.seq)), targets(tokens.size());
   std::mt19937 rng(1);
@@ -55,7 +55,7 @@ StageResult run_stage(train::TrainModel<float>& model, train::AdamW& opt, const 
     model.forward_backward(tokens.data(), targets.data(), o.batch, o.seq, so);
     {
       train::OpScope op(model.profile, "AdamW", true);
-      opt.step(model.params, model.grads, 1e-4);
+      opt.step(pool, model.params, model.grads, 1e-4);
     }
     const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (s == 0) continue;
@@ -108,7 +108,7 @@ void register_bench_train(CLI::App* bench) {
     for (int dense = 0; dense < 2; ++dense) {
       std::fprintf(stderr, "bench train: %s stage, %d steps of %lld tokens...\n", dense ? "dense warm-up" : "sparse",
                    o->steps, (long long)tokens);
-      stages[dense] = run_stage(model, opt, *o, dense != 0);
+      stages[dense] = run_stage(pool, model, opt, *o, dense != 0);
     }
     report.fact("sparse_tokens_per_s", Cell(tokens / stages[0].step_s, "%.0f"));
     report.fact("dense_tokens_per_s", Cell(tokens / stages[1].step_s, "%.0f"));
