@@ -183,8 +183,27 @@ float* thread_scratch(int slot, size_t floats) {
   return reinterpret_cast<float*>((p + 63) & ~uintptr_t(63));
 }
 
+// AVX2 runs the hand-written direct tiles (decode, small batches: they hold an output's 16 lanes
+// in two registers and read each weight once) with the Highway panel tiles (prefill: 3 x 4
+// outputs per tile, one lane chunk at a time), each the faster one in `m3 bench matmul`
+// (docs/BENCHMARKS.md §0g). AVX-512 runs the hand-written tiles, NEON and SVE the Highway ones.
+// Every table gives the same bits.
+const TileKernels* avx2_tiles() {
+  const TileKernels* direct = avx2_tile_kernels();
+  const TileKernels* simd = simd_tile_kernels(CpuPath::Avx2);
+  if (direct == nullptr || simd == nullptr) return nullptr;  // not an x86 build
+  static const TileKernels t{"avx2",          direct->max_mr,
+                             {direct->nr_for_mr[0], direct->nr_for_mr[1], direct->nr_for_mr[2], direct->nr_for_mr[3],
+                              direct->nr_for_mr[4]},
+                             direct->run,     simd->panel_mr,
+                             simd->panel_nr,  simd->run_panel,
+                             simd->widen_rows};
+  return &t;
+}
+
 const PathTables<TileKernels>& tile_tables() {
-  static const PathTables<TileKernels> t{&kGeneric, avx2_tile_kernels(), avx512_tile_kernels()};
+  static const PathTables<TileKernels> t{&kGeneric, avx2_tiles(), avx512_tile_kernels(),
+                                          simd_tile_kernels(CpuPath::Neon), simd_tile_kernels(CpuPath::Sve)};
   return t;
 }
 
@@ -441,7 +460,8 @@ struct KernelRegistry {
       for (int group : {32, 64, 128}) blocked.push_back(affine_format(bits, group));
     for (const WeightFormat* f : blocked)
       for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512}) entries[size_t(n++)] = {f, p, &blocked_matmul};
-    // aarch64 runs the generic tile kernels until the matmul has a NEON/SVE table (issue 10).
+    // NEON and SVE: the generic entries, which run the path's Highway tiles (tile_tables), the
+    // blocked formats through their exact scalar dequantization into the panel.
     count.store(n, std::memory_order_release);
   }
 };
@@ -485,7 +505,7 @@ MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path) {
   }
 }
 
-// The dense tile kernels' path (aarch64 runs the generic tiles until they have a NEON/SVE table).
+// The dense tile kernels' path.
 const char* matmul_kernel_name() { return cpu_path_name(matmul_detail::tile_tables().path_of(cpu_active_path())); }
 
 void matmul(ThreadPool& pool, const float* x, int64_t M, const LinearWeight& w, float* y) {

@@ -1,5 +1,6 @@
-// AVX2 tile kernels for matmul: the lane order of matmul_tile.h with each output's 16 lanes held in
-// two ymm registers (lanes 0-7 and 8-15), so the results equal the AVX-512 kernels' bit for bit.
+// AVX2 direct tiles for matmul (decode and small batches): the lane order of matmul_tile.h with
+// each output's 16 lanes held in two ymm registers (lanes 0-7 and 8-15), so the results equal the
+// AVX-512 kernels' bit for bit. The AVX2 panel tiles are the Highway ones (matmul_simd.cpp).
 // Only these functions carry the target attribute; matmul.cpp calls them only on AVX2+FMA+F16C CPUs.
 #include "kernels/matmul_tile.h"
 
@@ -116,101 +117,6 @@ M3_AVX2 void tile(const TileArgs& a) {
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
 }
 
-// Panel tiles: weights already widened (block-major panel); per accumulator pass 0 before pass 1.
-template <int MR, int NR, int Pass, int H>
-M3_AVX2 inline void panel_half(const float* x, int64_t xs, const float* p, __m256 (&acc)[MR][NR][2]) {
-  __m256 xv[MR];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) xv[m] = _mm256_loadu_ps(x + m * xs + 16 * Pass + 8 * H);
-#pragma GCC unroll 8
-  for (int j = 0; j < NR; ++j) {
-    const __m256 wv = _mm256_load_ps(p + j * kBlock + 16 * Pass + 8 * H);
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) acc[m][j][H] = _mm256_fmadd_ps(xv[m], wv, acc[m][j][H]);
-  }
-}
-
-template <int MR, int NR>
-M3_AVX2 void panel_tile(const PanelArgs& a) {
-  __m256 acc[MR][NR][2];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h)
-        acc[m][j][h] = a.resume ? _mm256_loadu_ps(a.lanes + (m * NR + j) * kLanes + 8 * h) : _mm256_setzero_ps();
-
-  const float* x = a.x;
-  const float* p = a.panel;
-  for (int64_t b = 0; b < a.blocks; ++b, x += a.x_block_stride, p += NR * kBlock) {
-    if (a.prefetch != nullptr)
-      for (int j = 0; j < NR; ++j) {
-        const char* next = reinterpret_cast<const char*>(a.prefetch + j * a.prefetch_stride);
-        for (int off = 0; off < a.prefetch_block_bytes; off += 64)
-          _mm_prefetch(next + b * a.prefetch_block_bytes + off, _MM_HINT_T1);
-      }
-    panel_half<MR, NR, 0, 0>(x, a.x_stride, p, acc);
-    panel_half<MR, NR, 1, 0>(x, a.x_stride, p, acc);
-    panel_half<MR, NR, 0, 1>(x, a.x_stride, p, acc);
-    panel_half<MR, NR, 1, 1>(x, a.x_stride, p, acc);
-  }
-
-  if (a.y != nullptr) {
-    for (int m = 0; m < MR; ++m)
-      for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
-  } else {
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) _mm256_storeu_ps(a.lanes + (m * NR + j) * kLanes + 8 * h, acc[m][j][h]);
-  }
-}
-
-// One block of one row into the 32 floats of the lane order (pass 0 lanes 0-15, then pass 1).
-template <DType T>
-M3_AVX2 inline void widen_block(const uint8_t* src, float* out) {
-  using W = Widen<T>;
-  _mm256_store_ps(out, W::template get<0, 0>(src));
-  _mm256_store_ps(out + 8, W::template get<0, 1>(src));
-  _mm256_store_ps(out + 16, W::template get<1, 0>(src));
-  _mm256_store_ps(out + 24, W::template get<1, 1>(src));
-}
-
-template <DType T>
-M3_AVX2 void widen_rows_t(const uint8_t* w, int64_t row_bytes, int rows, int64_t K, int64_t kb0, int64_t kb1,
-                          float* panel) {
-  using W = Widen<T>;
-  const int64_t full = K / kBlock;
-  const int64_t end = std::min(kb1, full);
-  float* out = panel;
-  // All rows side by side, block by block, prefetching ahead in each (see the AVX-512 version).
-  for (int64_t kb = kb0; kb < end; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      const uint8_t* src = w + j * row_bytes + kb * W::kBlockBytes;
-      for (int off = 0; off < W::kBlockBytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(src + kPrefetchBytes + off), _MM_HINT_T0);
-      widen_block<T>(src, out);
-    }
-  if (kb1 > full) {
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      alignas(32) uint8_t tail[W::kBlockBytes];
-      std::memset(tail, 0, sizeof tail);
-      std::memcpy(tail, w + j * row_bytes + full * W::kBlockBytes, size_t(K - full * kBlock) * dtype_size(T));
-      widen_block<T>(tail, out);
-    }
-  }
-}
-
-void widen_rows(DType dtype, const uint8_t* w, int64_t row_bytes, int rows, int64_t K, int64_t kb0, int64_t kb1,
-                float* panel) {
-  if (dtype == DType::BF16) widen_rows_t<DType::BF16>(w, row_bytes, rows, K, kb0, kb1, panel);
-  else if (dtype == DType::F16) widen_rows_t<DType::F16>(w, row_bytes, rows, K, kb0, kb1, panel);
-  else widen_rows_t<DType::F32>(w, row_bytes, rows, K, kb0, kb1, panel);
-}
-
 // 16 ymm registers: 2*mr*nr accumulators (12 at most), mr x vectors and one weight vector.
 constexpr int kMaxMr = 3;
 constexpr int kNr[kMaxMr + 1] = {0, 6, 3, 2};
@@ -242,21 +148,9 @@ void run(DType dtype, int mr, int nr, const TileArgs& args) {
   table[size_t(mr)][size_t(nr)](args);
 }
 
-constexpr int kPanelMr = 3, kPanelNr = 2;
-using PanelFn = void (*)(const PanelArgs&);
-constexpr PanelFn kPanel[kPanelMr + 1][kPanelNr + 1] = {{nullptr, nullptr, nullptr},
-                                                        {nullptr, &panel_tile<1, 1>, &panel_tile<1, 2>},
-                                                        {nullptr, &panel_tile<2, 1>, &panel_tile<2, 2>},
-                                                        {nullptr, &panel_tile<3, 1>, &panel_tile<3, 2>}};
-
-void run_panel(int mr, int nr, const PanelArgs& args) {
-  if (mr < 1 || mr > kPanelMr || nr < 1 || nr > kPanelNr) std::abort();  // a planning bug
-  kPanel[mr][nr](args);
-}
-
-constexpr TileKernels kKernels{"avx2",     kMaxMr,   {kNr[0], kNr[1], kNr[2], kNr[3], 0},
-                               &run,       kPanelMr, kPanelNr,
-                               &run_panel, &widen_rows};
+// Direct tiles only: the AVX2 panel tiles and widen_rows are the Highway ones (matmul_simd.cpp),
+// which measured faster; matmul.cpp joins the two.
+constexpr TileKernels kKernels{"avx2", kMaxMr, {kNr[0], kNr[1], kNr[2], kNr[3], 0}, &run, 0, 0, nullptr, nullptr};
 
 }  // namespace
 

@@ -1,5 +1,6 @@
 #pragma once
-// Internals shared by matmul.cpp and the per-ISA tile kernels (matmul_avx512.cpp, matmul_avx2.cpp).
+// Internals shared by matmul.cpp and the tile kernels (matmul_avx512.cpp, matmul_avx2.cpp, and
+// matmul_simd.cpp's Highway tiles for AVX2, NEON and SVE).
 //
 // The summation order, which every path keeps so that results never depend on the batch size M,
 // on which rows are present, on the thread count or on how the work is blocked:
@@ -87,9 +88,12 @@ struct TileKernels {
                      int64_t kb1, float* panel);
 };
 
-// nullptr when the binary was built for a target without that path (non-x86).
+// nullptr when the binary was built for a target without that path (non-x86). The AVX2 table
+// holds direct tiles only (no panel tiles, no widen_rows).
 const TileKernels* avx512_tile_kernels();
 const TileKernels* avx2_tile_kernels();
+// The Highway tiles of `path` (matmul_simd.cpp: AVX2, NEON, SVE); nullptr where the build has none.
+const TileKernels* simd_tile_kernels(CpuPath path);
 const TileKernels& generic_tile_kernels();
 
 // Widens blocks [kb0, kb1) of the weight rows n, n + row_step, ... (`rows` of them) of a blocked

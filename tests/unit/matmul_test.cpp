@@ -43,7 +43,7 @@ std::vector<uint8_t> to_bytes(const std::vector<float>& v, DType t) {
 
 std::vector<CpuPath> supported_paths() {
   std::vector<CpuPath> paths;
-  for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512})
+  for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve})
     if (cpu_path_supported(p)) paths.push_back(p);
   return paths;
 }
@@ -169,16 +169,25 @@ TEST(Matmul, RowResultDoesNotDependOnBatchThreadsOrBlocking) {
 }
 
 TEST(Matmul, SimdPathsAgreeBitForBit) {
-  // AVX2 keeps the 16 lanes of AVX-512 in two registers: same FMAs, same order, same bits.
-  if (!cpu_path_supported(CpuPath::Avx512)) GTEST_SKIP() << "no AVX-512 here";
+  // Every SIMD path runs the lane order of matmul_tile.h with fused multiply-adds: AVX2 keeps the 16
+  // lanes of AVX-512 in two registers (direct tiles) or runs them 8 at a time (its Highway panel
+  // tiles), NEON and SVE 4, 8 or 16 at a time. Same FMAs per lane, same order, same bits.
+  std::vector<CpuPath> simd;
+  for (CpuPath p : supported_paths())
+    if (p != CpuPath::Generic) simd.push_back(p);
+  if (simd.size() < 2) GTEST_SKIP() << "one SIMD path here";
   std::mt19937 rng(13);
   ThreadPool pool(2);
   for (DType t : kDtypes)
-    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 40, 4096}, {5, 33, 77}, {64, 50, 1030}}) {
+    for (auto [M, N, K] :
+         {std::tuple<int64_t, int64_t, int64_t>{1, 40, 4096}, {5, 33, 77}, {64, 50, 1030}, {70, 13, 2100}}) {
       TestWeights tw(rng, t, N, K);
       const auto x = random_vec(rng, size_t(M * K));
-      const auto want = run(CpuPath::Avx512, pool, x, M, tw.w);
-      EXPECT_EQ(run(CpuPath::Avx2, pool, x, M, tw.w), want) << label(CpuPath::Avx2, t, M, N, K);
+      const CpuPath best = simd.back();
+      const auto want = run(best, pool, x, M, tw.w);
+      for (CpuPath p : simd) {
+        if (p != best) EXPECT_EQ(run(p, pool, x, M, tw.w), want) << label(p, t, M, N, K) << " against " << cpu_path_name(best);
+      }
 #ifdef FP_FAST_FMAF  // the generic path fuses its multiply-adds only when the build targets FMA
       EXPECT_EQ(run(CpuPath::Generic, pool, x, M, tw.w), want) << label(CpuPath::Generic, t, M, N, K);
 #endif
