@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "kernels/elementwise.h"
+
 namespace m3 {
 
 void RopeTable::build(const int64_t* positions, int64_t count) {
@@ -19,16 +21,7 @@ void RopeTable::build(const int64_t* positions, int64_t count) {
 
 void RopeTable::apply(float* x, int64_t i, int heads, int head_dim) const {
   const int half = rotary_dim_ / 2;
-  const float* c = cos_.data() + i * half;
-  const float* s = sin_.data() + i * half;
-  for (int h = 0; h < heads; ++h) {
-    float* v = x + int64_t(h) * head_dim;
-    for (int j = 0; j < half; ++j) {
-      const float a = v[j], b = v[j + half];
-      v[j] = a * c[j] - b * s[j];
-      v[j + half] = b * c[j] + a * s[j];
-    }
-  }
+  elementwise_kernels().rope_rotate(x, cos_.data() + i * half, sin_.data() + i * half, half, heads, head_dim);
 }
 
 }  // namespace m3

@@ -9,6 +9,7 @@
 
 #include "base/thread_pool.h"
 #include "kernels/activations.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "kernels/norm.h"
 #include "kernels/rope.h"
@@ -175,5 +176,82 @@ TEST(VecOps, DotAndAxpyMatchPlainLoopsOnEveryPath) {
       for (int64_t i = 0; i < n; ++i)
         EXPECT_NEAR(y[size_t(i)], double(b[size_t(i)]) + 0.75 * double(a[size_t(i)]), 1e-6) << m3::cpu_path_name(path);
     }
+  }
+}
+
+// The per-row kernels (kernels/elementwise.h) on every path this machine runs, at lengths around
+// the vector widths: RMSNorm and the rotation give the generic path's bits (the rotation where the
+// build does not fuse the generic path's products), SwiGLU-OAI its value within a few ulp (vector
+// exp against libm's) and the same bits on every SIMD path; all against double precision.
+TEST(Elementwise, EveryPathMatchesTheGenericPathAndDoublePrecision) {
+  const m3::ElementwiseKernels& generic = m3::elementwise_kernels_at(m3::CpuPath::Generic);
+  const m3::ElementwiseKernels* first_simd = nullptr;
+  for (m3::CpuPath path : {m3::CpuPath::Avx2, m3::CpuPath::Avx512, m3::CpuPath::Neon, m3::CpuPath::Sve}) {
+    if (!m3::cpu_path_supported(path)) continue;
+    const m3::ElementwiseKernels& k = m3::elementwise_kernels_at(path);
+    const char* name = m3::cpu_path_name(path);
+    std::mt19937 rng(6);
+    for (int64_t n : {1, 3, 7, 8, 9, 15, 16, 17, 33, 64, 100, 257, 3072, 6150}) {
+      SCOPED_TRACE(std::string(name) + " n " + std::to_string(n));
+      const int64_t rows = 3;
+      const auto x = random_vec(rng, size_t(rows * n), 4.0f);
+      auto scale = random_vec(rng, size_t(n), 0.2f);
+      for (float& s : scale) s += 1.0f;
+      std::vector<float> want(x.size()), got(x.size());
+      generic.rmsnorm(x.data(), scale.data(), rows, n, 1e-6, want.data());
+      k.rmsnorm(x.data(), scale.data(), rows, n, 1e-6, got.data());
+      EXPECT_EQ(got, want);
+      for (int64_t r = 0; r < rows; ++r) {
+        long double ss = 0;
+        for (int64_t i = 0; i < n; ++i) ss += (long double)x[size_t(r * n + i)] * x[size_t(r * n + i)];
+        EXPECT_NEAR(double(m3::sum_of_squares_reference(x.data() + r * n, n)), double(ss), 1e-14 * double(ss));
+        const double inv = 1.0 / std::sqrt(double(ss) / double(n) + 1e-6);
+        for (int64_t i = 0; i < n; i += 7)
+          EXPECT_NEAR(got[size_t(r * n + i)], x[size_t(r * n + i)] * inv * scale[size_t(i)],
+                      1e-6 * (1.0 + std::fabs(x[size_t(r * n + i)] * inv)));
+      }
+
+      // SwiGLU-OAI over gates well past both clamps (and past exp's range), in place as the MoE calls it.
+      const auto gate = random_vec(rng, size_t(n), 30.0f), up = random_vec(rng, size_t(n), 5.0f);
+      std::vector<float> g_want(static_cast<size_t>(n)), g_got = gate;
+      generic.swigluoai(gate.data(), up.data(), n, 1.702f, 7.0f, g_want.data());
+      k.swigluoai(g_got.data(), up.data(), n, 1.702f, 7.0f, g_got.data());
+      for (int64_t i = 0; i < n; ++i) {
+        const double g = std::min(double(gate[size_t(i)]), 7.0), u = std::clamp(double(up[size_t(i)]), -7.0, 7.0);
+        const double ref = g / (1.0 + std::exp(-1.702 * g)) * (u + 1.0);
+        // fp32's alpha·g carries a relative error of 6e-8, which exp turns into |alpha·g|·6e-8.
+        EXPECT_NEAR(g_got[size_t(i)], ref, 1e-6 * (1.0 + 1.702 * std::fabs(g)) * std::fabs(ref) + 1e-30)
+            << "gate " << gate[size_t(i)];
+        EXPECT_NEAR(g_got[size_t(i)], g_want[size_t(i)], 1e-6 * std::fabs(g_want[size_t(i)]) + 1e-30)
+            << "gate " << gate[size_t(i)];
+      }
+      if (first_simd != nullptr && n <= 257) {
+        std::vector<float> other(static_cast<size_t>(n));
+        first_simd->swigluoai(gate.data(), up.data(), n, 1.702f, 7.0f, other.data());
+        EXPECT_EQ(other, g_got) << "SIMD paths disagree";
+      }
+
+      // The rotation: heads of head_dim 2·half + 6 (6 dims pass through).
+      const int half = int(std::min<int64_t>(n, 100)), head_dim = 2 * half + 6, heads = 3;
+      const auto v = random_vec(rng, size_t(heads * head_dim));
+      const auto c = random_vec(rng, size_t(half)), s = random_vec(rng, size_t(half));
+      std::vector<float> r_want = v, r_got = v;
+      generic.rope_rotate(r_want.data(), c.data(), s.data(), half, heads, head_dim);
+      k.rope_rotate(r_got.data(), c.data(), s.data(), half, heads, head_dim);
+#ifndef FP_FAST_FMAF  // a build that fuses the generic path's products rounds them differently
+      EXPECT_EQ(r_got, r_want);
+#endif
+      for (int h = 0; h < heads; ++h)
+        for (int j = 0; j < head_dim; ++j) {
+          const size_t at = size_t(h * head_dim + j);
+          const double a = v[size_t(h * head_dim + (j < half ? j : j - half))];
+          const double b = v[size_t(h * head_dim + (j < half ? j + half : j))];
+          const double ref = j < half ? a * c[size_t(j)] - b * s[size_t(j)]
+                             : j < 2 * half ? b * c[size_t(j - half)] + a * s[size_t(j - half)]
+                                            : double(v[at]);
+          EXPECT_NEAR(r_got[at], ref, 1e-5);
+        }
+    }
+    if (first_simd == nullptr) first_simd = &k;
   }
 }
