@@ -12,10 +12,12 @@ export QEMU_CPU=max
 ctest --preset aarch64
 bin=build/aarch64/tests
 for bytes in 16 32; do
-  echo "attention_test and the matmul's SIMD paths, SVE at $((bytes * 8)) bits"
+  echo "attention_test, the matmul's and the per-row kernels' SIMD paths, SVE at $((bytes * 8)) bits"
   QEMU_CPU="max,sve-default-vector-length=$bytes" qemu-aarch64 "$bin/attention_test" --gtest_brief=1
   QEMU_CPU="max,sve-default-vector-length=$bytes" qemu-aarch64 "$bin/matmul_test" --gtest_brief=1 \
     --gtest_filter='Matmul.SimdPathsAgreeBitForBit:Matmul.NeverReadsPastARow:Matmul.GatherEqualsTheSameRowsComputedDirectly'
+  QEMU_CPU="max,sve-default-vector-length=$bytes" qemu-aarch64 "$bin/kernels_test" --gtest_brief=1 \
+    --gtest_filter='Elementwise.*:VecOps.*'
 done
 echo "attention_test, forced onto NEON"
 M3_CPU=neon qemu-aarch64 "$bin/attention_test" --gtest_brief=1
