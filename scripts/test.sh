@@ -11,4 +11,4 @@ ctest --preset release
 bash scripts/test_aarch64.sh
 bash scripts/build.sh asan
 ctest --preset asan
-bash scripts/fuzz.sh 20
+bash scripts/fuzz.sh 10
