@@ -73,7 +73,12 @@ struct AffinePolicy {
   static void prefetch(const Rows& r, int j, int64_t kb) {
     _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
   }
-  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, __m512& w0, __m512& w1) {
+  // The group's scale and bias are converted in the widening itself: converting them a chunk at a
+  // time (BlockParams) measured slower for these formats, which have one pair per 1-4 blocks.
+  static void params(const Rows&, int, int64_t, int, blocked::BlockParams&) {}
+  template <bool Checked>
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, int, __m512& w0,
+                                 __m512& w1, uint32_t&) {
     const int64_t g = kb >> r.shift;
     const __m512 s = _mm512_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(r.p.biases[j][g]));
     __m128i lo, hi;
@@ -81,13 +86,15 @@ struct AffinePolicy {
     w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, b);
     w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, b);
   }
-  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, __m256 (&v)[4]) {
+  template <bool Checked>
+  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, int, __m256 (&v)[4],
+                               __m256i&) {
     const int64_t g = kb >> r.shift;
     const __m256 s = _mm256_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(r.p.biases[j][g]));
     __m128i lo, hi;
     unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);
     const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    for (int i = 0; i < 4; ++i) v[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[i])), s, b);
+    for (int q = 0; q < 4; ++q) v[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[q])), s, b);
   }
 };
 

@@ -7,15 +7,29 @@
 // the exact dequantized values the format's panel fill writes, so a row's result has the panel
 // path's bits and never depends on M.
 //
+// Each row's per-block factors (scales, biases) are turned into fp32 once per chunk of
+// kParamBlocks blocks, into a small array the widening broadcasts from (a load, where converting a
+// bf16 or UE8M0 scale in the inner loop cost a scalar-to-vector move and a shuffle per block and
+// row: measured, docs/BENCHMARKS.md §0e).
+//
 // A Policy provides:
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
-//   static void widen512(const Rows&, int j, int64_t kb, __m512& pass0, __m512& pass1);   // AVX-512
-//   static void widen256(const Rows&, int j, int64_t kb, __m256 (&v)[4]);  // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1
+//   static void params(const Rows&, int j, int64_t kb0, int nb, BlockParams&);  // blocks kb0 .. kb0+nb-1 of row j
+//   template <bool Checked> static void widen512(const Rows&, int j, int64_t kb, const BlockParams&, int i,
+//                                                __m512& pass0, __m512& pass1, uint32_t& bad);
+//   template <bool Checked> static void widen256(const Rows&, int j, int64_t kb, const BlockParams&, int i,
+//                                                __m256 (&v)[4], __m256i& bad);
+//       // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1. i = kb - kb0. The unchecked widening
+//       // sets bits of `bad` where it cannot give the exact values (MXFP8's NaN codes), and the
+//       // tile then runs again with the checked one (Checked = true), which always can: a test
+//       // per tile instead of a branch per block.
 //   static void prefetch(const Rows&, int j, int64_t kb);
 // Included only by the format files, which are compiled for plain x86-64 with per-function targets.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstdlib>
 #include <utility>
 
@@ -27,74 +41,120 @@
 
 namespace m3::matmul_detail::blocked {
 
-template <class Policy, int MR, int NR>
-M3_BLOCKED_AVX512 void tile512(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+constexpr int kParamBlocks = 16;  // blocks whose factors are converted at once
+
+// A row's factors for blocks kb0 .. kb0 + nb - 1, as the format's widening uses them.
+struct BlockParams {
+  alignas(64) float a[kParamBlocks];
+  alignas(64) float b[kParamBlocks];
+  bool rare = false;  // a block needs the format's rare-case arithmetic (MXFP8: a scale past 2^119)
+};
+
+template <class Policy, int MR, int NR, bool Checked>
+M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   const typename Policy::Rows rows(w, n, row_step, NR);
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t KB = a.K / kBlock;  // blocked formats have whole blocks
-  for (int64_t kb = 0; kb < KB; ++kb) {
-    const float* x = a.x + kb * a.x_block_stride;
-    __m512 x0[MR], x1[MR];
-    for (int m = 0; m < MR; ++m) {
-      x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
-      x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
-    }
+  uint32_t bad = 0;
+  BlockParams p[NR];
+  for (int64_t kb0 = 0; kb0 < KB; kb0 += kParamBlocks) {
+    const int nb = int(std::min<int64_t>(kParamBlocks, KB - kb0));
+    for (int j = 0; j < NR; ++j) Policy::params(rows, j, kb0, nb, p[j]);
+    for (int i = 0; i < nb; ++i) {
+      const int64_t kb = kb0 + i;
+      const float* x = a.x + kb * a.x_block_stride;
+      __m512 x0[MR], x1[MR];
+      for (int m = 0; m < MR; ++m) {
+        x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
+        x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
+      }
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      Policy::prefetch(rows, j, kb);
-      __m512 w0, w1;
-      Policy::widen512(rows, j, kb, w0, w1);
+      for (int j = 0; j < NR; ++j) {
+        Policy::prefetch(rows, j, kb);
+        __m512 w0, w1;
+        Policy::template widen512<Checked>(rows, j, kb, p[j], i, w0, w1, bad);
 #pragma GCC unroll 4
-      for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+        for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+      }
     }
   }
+  if (bad != 0) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
+  return true;
 }
 
 template <class Policy, int MR, int NR>
-M3_BLOCKED_AVX2 void tile256(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+M3_BLOCKED_AVX512 void tile512(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  if (!tile512_pass<Policy, MR, NR, false>(w, n, row_step, a)) tile512_pass<Policy, MR, NR, true>(w, n, row_step, a);
+}
+
+template <class Policy, int MR, int NR, bool Checked>
+M3_BLOCKED_AVX2 bool tile256_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   const typename Policy::Rows rows(w, n, row_step, NR);
   __m256 acc[MR][NR][2];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
   const int64_t KB = a.K / kBlock;
-  for (int64_t kb = 0; kb < KB; ++kb) {
-    const float* x = a.x + kb * a.x_block_stride;
+  __m256i bad = _mm256_setzero_si256();
+  BlockParams p[NR];
+  for (int64_t kb0 = 0; kb0 < KB; kb0 += kParamBlocks) {
+    const int nb = int(std::min<int64_t>(kParamBlocks, KB - kb0));
+    for (int j = 0; j < NR; ++j) Policy::params(rows, j, kb0, nb, p[j]);
+    for (int i = 0; i < nb; ++i) {
+      const int64_t kb = kb0 + i;
+      const float* x = a.x + kb * a.x_block_stride;
 #pragma GCC unroll 8
-    for (int j = 0; j < NR; ++j) {
-      Policy::prefetch(rows, j, kb);
-      __m256 v[4];
-      Policy::widen256(rows, j, kb, v);
+      for (int j = 0; j < NR; ++j) {
+        Policy::prefetch(rows, j, kb);
+        __m256 v[4];
+        Policy::template widen256<Checked>(rows, j, kb, p[j], i, v, bad);
 #pragma GCC unroll 4
-      for (int m = 0; m < MR; ++m) {
-        const float* xm = x + m * a.x_stride;
-        acc[m][j][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xm + 16), v[2], _mm256_fmadd_ps(_mm256_loadu_ps(xm), v[0], acc[m][j][0]));
-        acc[m][j][1] =
-            _mm256_fmadd_ps(_mm256_loadu_ps(xm + 24), v[3], _mm256_fmadd_ps(_mm256_loadu_ps(xm + 8), v[1], acc[m][j][1]));
+        for (int m = 0; m < MR; ++m) {
+          const float* xm = x + m * a.x_stride;
+          acc[m][j][0] =
+              _mm256_fmadd_ps(_mm256_loadu_ps(xm + 16), v[2], _mm256_fmadd_ps(_mm256_loadu_ps(xm), v[0], acc[m][j][0]));
+          acc[m][j][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xm + 24), v[3],
+                                         _mm256_fmadd_ps(_mm256_loadu_ps(xm + 8), v[1], acc[m][j][1]));
+        }
       }
     }
   }
+  if (!_mm256_testz_si256(bad, bad)) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
+  return true;
+}
+
+template <class Policy, int MR, int NR>
+M3_BLOCKED_AVX2 void tile256(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  if (!tile256_pass<Policy, MR, NR, false>(w, n, row_step, a)) tile256_pass<Policy, MR, NR, true>(w, n, row_step, a);
 }
 
 // The panel fill of the same format (PanelFill, matmul_tile.h): blocks [kb0, kb1) of `rows` rows
-// widened as the direct tiles widen them, stored block-major for the panel tiles (prefill).
+// widened as the direct tiles widen them, stored block-major for the panel tiles (prefill). The
+// checked widening throughout: a panel is reused by many rows of x, so it is not the limit.
 template <class Policy>
 M3_BLOCKED_AVX512 void fill512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
                                float* panel) {
   const typename Policy::Rows r(w, n, row_step, rows);
-  float* out = panel;
-  for (int64_t kb = kb0; kb < kb1; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      Policy::prefetch(r, j, kb);
-      __m512 w0, w1;
-      Policy::widen512(r, j, kb, w0, w1);
-      _mm512_store_ps(out, w0);
-      _mm512_store_ps(out + 16, w1);
+  BlockParams p;
+  for (int j = 0; j < rows; ++j)
+    for (int64_t c0 = kb0; c0 < kb1; c0 += kParamBlocks) {
+      const int nb = int(std::min<int64_t>(kParamBlocks, kb1 - c0));
+      Policy::params(r, j, c0, nb, p);
+      for (int i = 0; i < nb; ++i) {
+        const int64_t kb = c0 + i;
+        Policy::prefetch(r, j, kb);
+        __m512 w0, w1;
+        uint32_t unused = 0;
+        Policy::template widen512<true>(r, j, kb, p, i, w0, w1, unused);
+        float* out = panel + ((kb - kb0) * rows + j) * kBlock;
+        _mm512_store_ps(out, w0);
+        _mm512_store_ps(out + 16, w1);
+      }
     }
 }
 
@@ -102,13 +162,20 @@ template <class Policy>
 M3_BLOCKED_AVX2 void fill256(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
                              float* panel) {
   const typename Policy::Rows r(w, n, row_step, rows);
-  float* out = panel;
-  for (int64_t kb = kb0; kb < kb1; ++kb)
-    for (int j = 0; j < rows; ++j, out += kBlock) {
-      Policy::prefetch(r, j, kb);
-      __m256 v[4];
-      Policy::widen256(r, j, kb, v);
-      for (int i = 0; i < 4; ++i) _mm256_store_ps(out + 8 * i, v[i]);
+  BlockParams p;
+  for (int j = 0; j < rows; ++j)
+    for (int64_t c0 = kb0; c0 < kb1; c0 += kParamBlocks) {
+      const int nb = int(std::min<int64_t>(kParamBlocks, kb1 - c0));
+      Policy::params(r, j, c0, nb, p);
+      for (int i = 0; i < nb; ++i) {
+        const int64_t kb = c0 + i;
+        Policy::prefetch(r, j, kb);
+        __m256 v[4];
+        __m256i unused = _mm256_setzero_si256();
+        Policy::template widen256<true>(r, j, kb, p, i, v, unused);
+        float* out = panel + ((kb - kb0) * rows + j) * kBlock;
+        for (int q = 0; q < 4; ++q) _mm256_store_ps(out + 8 * q, v[q]);
+      }
     }
 }
 

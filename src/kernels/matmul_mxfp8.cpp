@@ -10,7 +10,8 @@
 // 2^8 x 2^(s - 127) then rounds the product once, as the tables' e4m3 x 2^(s - 127) does. Where
 // 2^(s - 119) is not a finite fp32 (s > 246) the two factors are applied one after the other,
 // which is the same value (x 2^8 is exact). A block holding a NaN code (0x7f, 0xff) takes the
-// tables: real checkpoints have none, and the check costs a compare per block.
+// tables: real checkpoints have none, so a direct tile only flags NaN codes as it widens and, if
+// any was seen, runs again with a check per block (matmul_blocked_tile.h).
 #include "kernels/matmul_tile.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -64,32 +65,36 @@ M3_AVX2 inline bool has_nan_code(const uint8_t* q) {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(mag, _mm256_set1_epi8(0x7f))) != 0;
 }
 
-// 16 E4M3 bytes as F16 bits (value x 2^-8) in one 16 x 16-bit vector, widened to fp32 in halves.
-M3_AVX2 inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi) {
+// 16 E4M3 bytes as F16 bits (value x 2^-8) in one 16 x 16-bit vector, widened to fp32 in halves;
+// the 16-bit lanes of `nan` are set for NaN codes.
+M3_AVX2 inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi, __m256i& nan) {
   const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(v, 8), _mm256_set1_epi16(int16_t(0x8000))),
-                                    _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(0x3f80)));
+  const __m256i mag = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(0x3f80));
+  nan = _mm256_or_si256(nan, _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3f80)));
+  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(v, 8), _mm256_set1_epi16(int16_t(0x8000))), mag);
   lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
 // A block's 32 values times (s1, then s2 unless it is 1), as lanes 0-7, 8-15, 16-23, 24-31.
-M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)[4]) {
-  e4m3x16(q, v[0], v[1]);
-  e4m3x16(q + 16, v[2], v[3]);
-  const __m256 m1 = _mm256_set1_ps(s1), m2 = _mm256_set1_ps(s2);
-  for (int i = 0; i < 4; ++i) {
-    v[i] = _mm256_mul_ps(v[i], m1);
-    if (s2 != 1.0f) v[i] = _mm256_mul_ps(v[i], m2);
+M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)[4], __m256i& nan) {
+  e4m3x16(q, v[0], v[1], nan);
+  e4m3x16(q + 16, v[2], v[3], nan);
+  const __m256 m1 = _mm256_set1_ps(s1);
+  for (int i = 0; i < 4; ++i) v[i] = _mm256_mul_ps(v[i], m1);
+  if (s2 != 1.0f) {
+    const __m256 m2 = _mm256_set1_ps(s2);
+    for (int i = 0; i < 4; ++i) v[i] = _mm256_mul_ps(v[i], m2);
   }
 }
 
-M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi) {
+M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi, uint32_t& nan) {
   const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
   // (v << 8) & 0x8000 | (v << 7) & 0x3f80 in one ternary-logic op: bits of a where c is set, else of b.
   const __m512i h = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 8), _mm512_slli_epi16(v, 7),
                                                                _mm512_set1_epi16(int16_t(0x8000)), 0xe4),
                                      _mm512_set1_epi16(int16_t(0xbf80)));
+  nan |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x3f80));
   lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
@@ -108,35 +113,48 @@ struct Mxfp8Policy {
   static void prefetch(const Rows& r, int j, int64_t kb) {
     _mm_prefetch(reinterpret_cast<const char*>(r.q[j] + kb * kBlock + kPrefetchAhead), _MM_HINT_T0);
   }
-  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, __m512& w0, __m512& w1) {
+  // Each block's factors (block_scale): a = the first, b = the second.
+  static void params(const Rows& r, int j, int64_t kb0, int nb, blocked::BlockParams& p) {
+    p.rare = false;
+    for (int i = 0; i < nb; ++i) {
+      const BlockScale bs = block_scale(r.s[j][kb0 + i]);
+      p.a[i] = bs.first;
+      p.b[i] = bs.second;
+      p.rare |= bs.second != 1.0f;
+    }
+  }
+  // Checked: a block holding a NaN code takes the tables; unchecked: its codes are flagged in `bad`.
+  template <bool Checked>
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
+                                 __m512& w1, uint32_t& bad) {
     const uint8_t* q = r.q[j] + kb * kBlock;
-    if (has_nan_code(q)) {
+    if (Checked && has_nan_code(q)) {
       alignas(64) float buf[kBlock];
       block_from_tables(*r.w, r.n + j * r.row_step, kb, buf);
       w0 = _mm512_load_ps(buf);
       w1 = _mm512_load_ps(buf + 16);
       return;
     }
-    const BlockScale bs = block_scale(r.s[j][kb]);
-    const __m512 s1 = _mm512_set1_ps(bs.first);
-    e4m3x32(q, w0, w1);
+    e4m3x32(q, w0, w1, bad);
+    const __m512 s1 = _mm512_set1_ps(p.a[i]);
     w0 = _mm512_mul_ps(w0, s1);
     w1 = _mm512_mul_ps(w1, s1);
-    if (bs.second != 1.0f) {
-      w0 = _mm512_mul_ps(w0, _mm512_set1_ps(bs.second));
-      w1 = _mm512_mul_ps(w1, _mm512_set1_ps(bs.second));
+    if (p.rare && p.b[i] != 1.0f) {
+      w0 = _mm512_mul_ps(w0, _mm512_set1_ps(p.b[i]));
+      w1 = _mm512_mul_ps(w1, _mm512_set1_ps(p.b[i]));
     }
   }
-  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, __m256 (&v)[4]) {
+  template <bool Checked>
+  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m256 (&v)[4],
+                               __m256i& bad) {
     const uint8_t* q = r.q[j] + kb * kBlock;
-    if (has_nan_code(q)) {
+    if (Checked && has_nan_code(q)) {
       alignas(32) float buf[kBlock];
       block_from_tables(*r.w, r.n + j * r.row_step, kb, buf);
-      for (int i = 0; i < 4; ++i) v[i] = _mm256_load_ps(buf + 8 * i);
+      for (int c = 0; c < 4; ++c) v[c] = _mm256_load_ps(buf + 8 * c);
       return;
     }
-    const BlockScale bs = block_scale(r.s[j][kb]);
-    e4m3_block(q, bs.first, bs.second, v);
+    e4m3_block(q, p.a[i], p.rare ? p.b[i] : 1.0f, v, bad);
   }
 };
 

@@ -167,6 +167,48 @@ TEST(Mxfp8, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
   }
 }
 
+// The direct tiles only flag NaN codes as they widen, and run a tile again with a check per block
+// when one was seen; scales past 2^119 take two multiplies. Rows holding either must still give
+// what the f32 matmul of the dequantized weights gives, at every M (direct tiles and panels), and
+// the rows beside them in the same tile must not change.
+TEST(Mxfp8, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
+  ThreadPool pool(2);
+  const int64_t N = 40, K = 1024;  // 32 blocks: two chunks of block factors per row
+  RandomMxfp8 m(N, K, 11);
+  m.q[size_t(5 * K + 700)] = 0x7f;  // row 5: a NaN code in the second chunk
+  m.q[size_t(6 * K + 3)] = 0xff;    // row 6: a negative NaN code in the first block
+  for (int64_t b = 0; b < K / 32; b += 3) m.scales[size_t(9 * (K / 32) + b)] = uint8_t(247 + b % 8);  // row 9
+  for (int64_t c = 0; c < K; ++c)  // row 9's values small enough that huge scales stay finite
+    if (m.scales[size_t(9 * (K / 32) + c / 32)] >= 247) m.q[size_t(9 * K + c)] &= 0x87;
+  const std::vector<float> d = dequantized(m.w);
+  const LinearWeight f = dense_weight(DType::F32, d.data(), N, K);
+  for (CpuPath path : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
+    if (!cpu_path_supported(path)) continue;
+    const MatmulKernel mk = find_matmul_kernel(mxfp8_format(), path), fk = find_matmul_kernel(f32_format(), path);
+    for (int64_t M : {1, 3, 40}) {
+      std::mt19937 rng{unsigned(M) + 100};
+      std::normal_distribution<float> nd;
+      std::vector<float> x(size_t(M * K)), y(size_t(M * N)), want(y.size());
+      for (auto& v : x) v = nd(rng) * 1e-30f;  // keeps row 9's products finite
+      mk(path, pool, x.data(), nullptr, M, m.w, y.data());
+      fk(path, pool, x.data(), nullptr, M, f, want.data());
+      for (int64_t i = 0; i < M; ++i)
+        for (int64_t n = 0; n < N; ++n) {
+          const float got = y[size_t(i * N + n)], exp = want[size_t(i * N + n)];
+          if (n == 5 || n == 6) {
+            EXPECT_TRUE(std::isnan(got)) << cpu_path_name(path) << " M=" << M << " row " << n;
+            continue;
+          }
+          ASSERT_FALSE(std::isnan(exp)) << n;
+          uint32_t a, b;
+          std::memcpy(&a, &got, 4);
+          std::memcpy(&b, &exp, 4);
+          ASSERT_EQ(a, b) << cpu_path_name(path) << " M=" << M << " row " << n;
+        }
+    }
+  }
+}
+
 TEST(Mxfp8, ACheckpointInTheReleaseLayoutGivesTheLogitsOfItsDequantizedValues) {
   const std::string root = testing::TempDir() + "/m3_mxfp8_" + std::to_string(getpid());
   const std::string base = root + "/base", mx = root + "/mxfp8", f32 = root + "/f32";
