@@ -7,10 +7,10 @@
 // the exact dequantized values the format's panel fill writes, so a row's result has the panel
 // path's bits and never depends on M.
 //
-// Each row's per-block factors (scales, biases) are turned into fp32 once per chunk of
-// kParamBlocks blocks, into a small array the widening broadcasts from (a load, where converting a
-// bf16 or UE8M0 scale in the inner loop cost a scalar-to-vector move and a shuffle per block and
-// row: measured, docs/BENCHMARKS.md §0e).
+// A format may turn each row's per-block factors into fp32 once per chunk of kParamBlocks blocks
+// (Policy::params), into a small array the widening broadcasts from: MXFP8 does, where converting
+// its UE8M0 scale in the inner loop cost a scalar-to-vector move and a shuffle per block and row;
+// the affine formats measured slower that way and convert in the widening (docs/BENCHMARKS.md §0h).
 //
 // A Policy provides:
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
