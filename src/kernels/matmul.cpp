@@ -141,13 +141,13 @@ constexpr TileKernels kGeneric{"generic",          kGenericMr, {0, kGenericNr, k
 
 // ---- Packing x into the lane order ----
 
-// One row of x into the lane order, block b at out + b * block_stride.
-void pack_row(const float* x, int64_t K, DType t, float* out, int64_t block_stride) {
+// One row of x into the lane order (pairs or sequential), block b at out + b * block_stride.
+void pack_row(const float* x, int64_t K, bool pairs, float* out, int64_t block_stride) {
   const int64_t full = K / kBlock;
   for (int64_t b = 0; b < full; ++b) {
     const float* xb = x + b * kBlock;
     float* ob = out + b * block_stride;
-    if (t == DType::BF16) {
+    if (pairs) {
       for (int l = 0; l < kLanes; ++l) {
         ob[l] = xb[2 * l];
         ob[kLanes + l] = xb[2 * l + 1];
@@ -160,7 +160,7 @@ void pack_row(const float* x, int64_t K, DType t, float* out, int64_t block_stri
     const float* xb = x + full * kBlock;
     float* ob = out + full * block_stride;
     std::fill_n(ob, kBlock, 0.0f);
-    for (int64_t e = 0; e < K - full * kBlock; ++e) ob[t == DType::BF16 ? (e & 1) * kLanes + e / 2 : e] = xb[e];
+    for (int64_t e = 0; e < K - full * kBlock; ++e) ob[pairs ? (e & 1) * kLanes + e / 2 : e] = xb[e];
   }
 }
 
@@ -225,6 +225,7 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
   const int64_t KB = (K + kBlock - 1) / kBlock, K32 = KB * kBlock;
   const int64_t row_bytes = w.row_bytes();
   const int mr = tile_rows(kern, plan, mrows);
+  const bool pairs = pair_lane_order(*w.format);
   // The packed tile of x that starts at row m (a multiple of mr).
   auto x_tile = [&](int64_t m) { return xp + m * K32; };
   auto x_block_stride = [&](int64_t m) { return std::min<int64_t>(mr, mrows - m) * kBlock; };
@@ -282,12 +283,14 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
     } else if (plan.fill != nullptr) {  // a blocked format's SIMD dequantization
       plan.fill(w, n, row_step, nt, kb0, kb1, panel);
     } else {  // a blocked format's exact scalar dequantization, block by block into the panel
+      float block[kBlock];
       for (int j = 0; j < nt; ++j)
         for (int64_t kb = kb0; kb < kb1; ++kb) {
           float* out = panel + ((kb - kb0) * nt + j) * kBlock;
           const int64_t c1 = std::min<int64_t>((kb + 1) * kBlock, K);
-          w.format->dequantize_cols(w, n + j * row_step, kb * kBlock, c1, out);
-          std::fill(out + (c1 - kb * kBlock), out + kBlock, 0.0f);
+          w.format->dequantize_cols(w, n + j * row_step, kb * kBlock, c1, block);
+          std::fill(block + (c1 - kb * kBlock), block + kBlock, 0.0f);
+          for (int i = 0; i < kBlock; ++i) out[i] = block[pairs ? (i % kLanes) * 2 + i / kLanes : i];
         }
     }
     for (int64_t m = mc0, it = 0; m < mc1; m += pmr, ++it) {
@@ -348,6 +351,12 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
 
 }  // namespace
 
+bool pair_lane_order(const WeightFormat& format) {
+  if (format.dense()) return format.element == DType::BF16;
+  const std::optional<AffineParams> a = affine_params(format);
+  return a && a->bits == 4;
+}
+
 MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
   // Measured on Zen 5 (docs: `m3 bench matmul`); the results do not depend on any of these.
   (void)path;
@@ -381,6 +390,7 @@ void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const fl
   if (M <= 0 || N <= 0) return;
   const int64_t K32 = round_up(K, kBlock);
   const int64_t chunk = plan.m_chunk > 0 ? plan.m_chunk : M;
+  const bool pairs = pair_lane_order(f);
   for (int64_t c0 = 0; c0 < M; c0 += chunk) {
     const int64_t mrows = std::min(chunk, M - c0);
     float* xp = thread_scratch(0, size_t(mrows * K32));
@@ -389,7 +399,7 @@ void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const fl
     auto pack = [&](int64_t m0, int64_t m1) {
       for (int64_t m = m0; m < m1; ++m) {
         const int64_t tile = m / mr * mr, height = std::min<int64_t>(mr, mrows - tile);
-        pack_row(x + (rows ? int64_t(rows[c0 + m]) : c0 + m) * K, K, w.element(), xp + tile * K32 + (m - tile) * kBlock,
+        pack_row(x + (rows ? int64_t(rows[c0 + m]) : c0 + m) * K, K, pairs, xp + tile * K32 + (m - tile) * kBlock,
                  height * kBlock);
       }
     };

@@ -1,6 +1,7 @@
 // The affine formats' panel fill and direct tiles on AVX2 and AVX-512 (mlx-lm's layout,
-// format/weight_format.h): 4- or 8-bit unsigned values unpacked in registers, converted to fp32
-// and mapped through their group's scale and bias. scale x q is exact in fp32 (a bf16 scale has 8 significant bits, q at
+// format/weight_format.h): 4- or 8-bit unsigned values unpacked in registers in the lane order
+// of matmul_tile.h (pairs for 4-bit, sequential for 8-bit), converted to fp32 and mapped through
+// their group's scale and bias. scale x q is exact in fp32 (a bf16 scale has 8 significant bits, q at
 // most 8), so the fused multiply-add here rounds exactly where the format's scalar
 // dequantize_cols (multiply, then add) does: the same bits (checked in affine_format_test).
 // A 32-column block lies within one group (groups are 32, 64 or 128 columns).
@@ -44,19 +45,31 @@ struct RowPointers {
 // block and row measurably slowed decode.
 inline int blocks_per_group_log2(const LinearWeight& w) { return __builtin_ctzll(uint64_t(w.format->block_cols / kBlock)); }
 
-// The 32 values of a block as bytes 0..31 (element order), from 16 (4-bit) or 32 (8-bit) bytes.
+// An 8-bit block's values as 32-bit integers in the sequential lane order (matmul_tile.h): bytes
+// 0-15 (pass 0) and 16-31 (pass 1) widened.
+M3_AVX512 inline void bytes_to_ints512(const uint8_t* p, __m512i& p0, __m512i& p1) {
+  p0 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  p1 = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16)));
+}
+
+M3_AVX2 inline __m256i widen8(const uint8_t* b) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)));
+}
+
+// A block's values as 32-bit integers in the lane order (matmul_tile.h), as four 8-lane quarters:
+// lanes 0-7 and 8-15 of pass 0, then of pass 1. 8-bit: the sequential order. 4-bit: the pair
+// order; byte i holds element 2i in its low nibble and 2i + 1 in its high one, so the low nibbles
+// masked are pass 0 and the high ones shifted down pass 1.
 template <int Bits>
-M3_AVX2 inline void unpack(const uint8_t* p, __m128i& lo16, __m128i& hi16) {
+M3_AVX2 inline void block_ints256(const uint8_t* p, __m256i (&v)[4]) {
   if constexpr (Bits == 8) {
-    lo16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    hi16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+    for (int q = 0; q < 4; ++q) v[q] = widen8(p + 8 * q);
   } else {
-    // Byte i holds element 2i in its low nibble and 2i + 1 in its high one.
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-    const __m128i mask = _mm_set1_epi8(0x0f);
-    const __m128i even = _mm_and_si128(v, mask), odd = _mm_and_si128(_mm_srli_epi16(v, 4), mask);
-    lo16 = _mm_unpacklo_epi8(even, odd);
-    hi16 = _mm_unpackhi_epi8(even, odd);
+    const __m256i lo = widen8(p), hi = widen8(p + 8), mask = _mm256_set1_epi32(0x0f);
+    v[0] = _mm256_and_si256(lo, mask);
+    v[1] = _mm256_and_si256(hi, mask);
+    v[2] = _mm256_srli_epi32(lo, 4);
+    v[3] = _mm256_srli_epi32(hi, 4);
   }
 }
 
@@ -70,31 +83,52 @@ struct AffinePolicy {
     Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr)
         : p(w, n, row_step, nr), shift(blocks_per_group_log2(w)) {}
   };
+  // One prefetch per 64-byte line (a line holds 64 / kBlockBytes blocks).
   static void prefetch(const Rows& r, int j, int64_t kb) {
-    _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
+    if (kb % (64 / kBlockBytes) == 0)
+      _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
   }
-  // The group's scale and bias are converted in the widening itself: converting them a chunk at a
-  // time (BlockParams) measured slower for these formats, which have one pair per 1-4 blocks.
-  static void params(const Rows&, int, int64_t, int, blocked::BlockParams&) {}
+  // Each group's scale (a) and bias (b) as fp32, converted once per chunk (chunks start on a group:
+  // kParamBlocks is a multiple of 4): the widening broadcasts them from memory, a load, where
+  // converting them there took a move from an integer register and a broadcast shuffle per block
+  // and row (docs/BENCHMARKS.md §0i). Block i of the chunk has group i >> shift.
+  static void params(const Rows& r, int j, int64_t kb0, int nb, blocked::BlockParams& p) {
+    const int64_t g0 = kb0 >> r.shift;
+    const int groups = (nb + (1 << r.shift) - 1) >> r.shift;
+    for (int k = 0; k < groups; ++k) {
+      p.a[k] = bf16_to_f32(r.p.scales[j][g0 + k]);
+      p.b[k] = bf16_to_f32(r.p.biases[j][g0 + k]);
+    }
+  }
   template <bool Checked>
-  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, int, __m512& w0,
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
                                  __m512& w1, uint32_t&) {
-    const int64_t g = kb >> r.shift;
-    const __m512 s = _mm512_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm512_set1_ps(bf16_to_f32(r.p.biases[j][g]));
-    __m128i lo, hi;
-    unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);
-    w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(lo)), s, b);
-    w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(hi)), s, b);
+    const __m512 s = _mm512_set1_ps(p.a[i >> r.shift]), b = _mm512_set1_ps(p.b[i >> r.shift]);
+    const uint8_t* q = r.p.q[j] + kb * kBlockBytes;
+    if constexpr (Bits == 4) {
+      // The 16 values a 4-bit weight can take, scale x q + bias for q = 0..15, then one
+      // permutation per pass looks them up: it reads only the low 4 bits of each index lane, so
+      // the low nibbles need no mask, and the conversion and dequantizing multiply-add per value
+      // become one multiply-add per block and row (docs/BENCHMARKS.md §0i).
+      const __m512 table = _mm512_fmadd_ps(
+          _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), s, b);
+      const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+      w0 = _mm512_permutexvar_ps(v, table);
+      w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+    } else {
+      __m512i q0, q1;
+      bytes_to_ints512(q, q0, q1);
+      w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), s, b);
+      w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), s, b);
+    }
   }
   template <bool Checked>
-  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, int, __m256 (&v)[4],
-                               __m256i&) {
-    const int64_t g = kb >> r.shift;
-    const __m256 s = _mm256_set1_ps(bf16_to_f32(r.p.scales[j][g])), b = _mm256_set1_ps(bf16_to_f32(r.p.biases[j][g]));
-    __m128i lo, hi;
-    unpack<Bits>(r.p.q[j] + kb * kBlockBytes, lo, hi);
-    const __m128i parts[4] = {lo, _mm_srli_si128(lo, 8), hi, _mm_srli_si128(hi, 8)};
-    for (int q = 0; q < 4; ++q) v[q] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(parts[q])), s, b);
+  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i,
+                               __m256 (&v)[4], __m256i&) {
+    const __m256 s = _mm256_set1_ps(p.a[i >> r.shift]), b = _mm256_set1_ps(p.b[i >> r.shift]);
+    __m256i q[4];
+    block_ints256<Bits>(r.p.q[j] + kb * kBlockBytes, q);
+    for (int k = 0; k < 4; ++k) v[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[k]), s, b);
   }
 };
 

@@ -7,10 +7,10 @@
 // the exact dequantized values the format's panel fill writes, so a row's result has the panel
 // path's bits and never depends on M.
 //
-// A format may turn each row's per-block factors into fp32 once per chunk of kParamBlocks blocks
-// (Policy::params), into a small array the widening broadcasts from: MXFP8 does, where converting
-// its UE8M0 scale in the inner loop cost a scalar-to-vector move and a shuffle per block and row;
-// the affine formats measured slower that way and convert in the widening (docs/BENCHMARKS.md §0h).
+// A format turns each row's per-block (MXFP8) or per-group (affine) factors into fp32 once per
+// chunk of kParamBlocks blocks (Policy::params), into a small array the widening broadcasts from
+// memory: converting them in the inner loop cost a scalar-to-vector move and a broadcast shuffle
+// per block and row (docs/BENCHMARKS.md §0h, §0i).
 //
 // A Policy provides:
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
@@ -41,9 +41,9 @@
 
 namespace m3::matmul_detail::blocked {
 
-constexpr int kParamBlocks = 16;  // blocks whose factors are converted at once
+constexpr int kParamBlocks = 16;  // blocks whose factors are converted at once (a multiple of any group's blocks)
 
-// A row's factors for blocks kb0 .. kb0 + nb - 1, as the format's widening uses them.
+// A row's factors for blocks kb0 .. kb0 + nb - 1 (or their groups), as the format's widening uses them.
 struct BlockParams {
   alignas(64) float a[kParamBlocks];
   alignas(64) float b[kParamBlocks];

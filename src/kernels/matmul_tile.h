@@ -7,8 +7,10 @@
 //   * K is cut into blocks of 32. Each output y[m,n] owns 16 fp32 lanes. Block b adds, per lane l,
 //     first x[p0(l)]·w[p0(l)] and then x[p1(l)]·w[p1(l)] (one FMA each, in that order, blocks in
 //     increasing order), where for BF16 weights p0(l) = 32b+2l, p1(l) = 32b+2l+1 (the even and odd
-//     elements: a BF16 pair widens to fp32 with a shift and a mask), and for F16/F32 weights
-//     p0(l) = 32b+l, p1(l) = 32b+16+l. Elements past K count as 0·0.
+//     elements: a BF16 pair widens to fp32 with a shift and a mask) and for 4-bit affine weights
+//     (a byte holds elements 2l and 2l+1: one widening, then a mask and a shift, where the
+//     sequential order took two more shuffles per block; docs/BENCHMARKS.md §0i), and for the
+//     other formats p0(l) = 32b+l, p1(l) = 32b+16+l. Elements past K count as 0·0.
 //   * The 16 lanes are then summed by a fixed tree: s8[i] = a[i]+a[i+8], s4[i] = s8[i]+s8[i+4],
 //     s2[i] = s4[i]+s4[i+2], y = s2[0]+s2[1].
 // x is first packed into that lane order (zero-padded to a multiple of 32), so every kernel reads
@@ -28,6 +30,10 @@
 namespace m3::matmul_detail {
 
 constexpr int kBlock = 32;  // K elements per block
+
+// Whether the weights of `format` take the pair lane order (p0(l) = 32b+2l, above), else the
+// sequential one: x is packed, and blocked formats fill their panels, in the weights' order.
+bool pair_lane_order(const WeightFormat& format);
 constexpr int kLanes = 16;  // fp32 partial sums per output
 
 // Packed x is tile-major: for each tile of rows, block after block, the tile's rows side by side

@@ -1,8 +1,9 @@
 // The affine layout mlx-lm writes (format/weight_format.h, docs/FORMATS.md): U32 words packing
 // 4- or 8-bit values (element 0 in the lowest bits) with a bf16 scale and bias per group of 32, 64
 // or 128 columns, W = scale x q + bias. Its dequantization follows that packing; the SIMD panel
-// fills give the scalar dequantization's bits; and its matmul on every CPU path equals, bit for bit,
-// the f32 matmul of the dequantized weights, for every batch size.
+// fills give the scalar dequantization's bits in the lane order (kernels/matmul_tile.h: pairs for
+// 4-bit, sequential for 8-bit); and its matmul on every CPU path equals, bit for bit, the f32
+// matmul of the dequantized weights with x and W in that order, for every batch size.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +22,22 @@ using namespace m3;
 namespace {
 
 constexpr CpuPath kPaths[] = {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve};
+
+// Where element c of a row sits in the lane order of its 32-block: the pair order puts the even
+// elements in lanes 0-15 (pass 0) and the odd ones in pass 1.
+int64_t lane_position(int64_t c, bool pairs) {
+  const int64_t e = c % 32;
+  return c - e + (pairs ? (e % 2) * 16 + e / 2 : e);
+}
+
+// Rows of `cols` values, each element moved to its lane position: the sequential (f32) order of
+// the result is the pair order of the input.
+std::vector<float> in_lane_order(const std::vector<float>& v, int64_t cols, bool pairs) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    out[size_t(int64_t(i) / cols * cols + lane_position(int64_t(i) % cols, pairs))] = v[i];
+  return out;
+}
 
 // A random affine weight: values q in [0, 2^bits), scales and biases bf16 of a trained model's size.
 struct RandomAffine {
@@ -103,7 +120,7 @@ TEST(AffineFormat, SimdPanelFillsEqualTheScalarDequantization) {
         for (int64_t r = 0; r < rows; ++r) {
           a.w.row_to_f32(r, want.data());
           for (int64_t c = 0; c < cols; ++c)
-            ASSERT_EQ(panel[((c / 32) * rows + r) * 32 + c % 32], want[size_t(c)])
+            ASSERT_EQ(panel[((c / 32) * rows + r) * 32 + lane_position(c, bits == 4) % 32], want[size_t(c)])
                 << cpu_path_name(path) << " bits " << bits << " group " << group << " r " << r << " c " << c;
         }
       }
@@ -113,11 +130,13 @@ TEST(AffineFormat, SimdPanelFillsEqualTheScalarDequantization) {
 TEST(AffineFormat, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
   ThreadPool pool(2);
   for (int bits : {4, 8})
-    for (int group : {32, 128}) {
+    for (int group : {32, 64, 128}) {
       const int64_t N = 70, K = 384;
       RandomAffine a(bits, group, N, K, uint64_t(7 + bits + group));
       const std::vector<float> d = dequantized(a.w);
-      const LinearWeight f = dense_weight(DType::F32, d.data(), N, K);
+      ASSERT_EQ(matmul_detail::pair_lane_order(*a.w.format), bits == 4);
+      const std::vector<float> d_lanes = in_lane_order(d, K, bits == 4);
+      const LinearWeight f = dense_weight(DType::F32, d_lanes.data(), N, K);
       for (CpuPath path : kPaths) {
         if (!cpu_path_supported(path)) continue;
         const MatmulKernel ak = find_matmul_kernel(*a.w.format, path), fk = find_matmul_kernel(f32_format(), path);
@@ -129,7 +148,8 @@ TEST(AffineFormat, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
           std::vector<float> x(size_t(M * K)), y(size_t(M * N)), want(y.size());
           for (int64_t i = 0; i < M * K; ++i) x[size_t(i)] = i < K ? std::sin(float(i)) : nd(rng);  // row 0 fixed
           ak(path, pool, x.data(), nullptr, M, a.w, y.data());
-          fk(path, pool, x.data(), nullptr, M, f, want.data());
+          const std::vector<float> x_lanes = in_lane_order(x, K, bits == 4);
+          fk(path, pool, x_lanes.data(), nullptr, M, f, want.data());
           ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)))
               << cpu_path_name(path) << " bits " << bits << " M=" << M;
           for (int64_t n = 0; n < N; ++n) {  // row 0 against float64
