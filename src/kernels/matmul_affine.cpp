@@ -88,13 +88,14 @@ struct AffinePolicy {
     if (kb % (64 / kBlockBytes) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
   }
-  // Each group's scale (a) and bias (b) as fp32, converted once per chunk (chunks start on a group:
-  // kParamBlocks is a multiple of 4): the widening broadcasts them from memory, a load, where
-  // converting them there took a move from an integer register and a broadcast shuffle per block
-  // and row (docs/BENCHMARKS.md §0i). Block i of the chunk has group i >> shift.
+  // Each group's scale (a) and bias (b) as fp32, converted once per chunk: the widening broadcasts
+  // them from memory, a load, where converting them there took a move from an integer register and
+  // a broadcast shuffle per block and row (docs/BENCHMARKS.md §0i). Block kb of a chunk that starts
+  // at block kb0 has entry group_in_chunk(r, kb, kb0).
+  static int group_in_chunk(const Rows& r, int64_t kb, int64_t kb0) { return int((kb >> r.shift) - (kb0 >> r.shift)); }
   static void params(const Rows& r, int j, int64_t kb0, int nb, blocked::BlockParams& p) {
     const int64_t g0 = kb0 >> r.shift;
-    const int groups = (nb + (1 << r.shift) - 1) >> r.shift;
+    const int groups = group_in_chunk(r, kb0 + nb - 1, kb0) + 1;
     for (int k = 0; k < groups; ++k) {
       p.a[k] = bf16_to_f32(r.p.scales[j][g0 + k]);
       p.b[k] = bf16_to_f32(r.p.biases[j][g0 + k]);
@@ -103,7 +104,8 @@ struct AffinePolicy {
   template <bool Checked>
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
                                  __m512& w1, uint32_t&) {
-    const __m512 s = _mm512_set1_ps(p.a[i >> r.shift]), b = _mm512_set1_ps(p.b[i >> r.shift]);
+    const int g = group_in_chunk(r, kb, kb - i);
+    const __m512 s = _mm512_set1_ps(p.a[g]), b = _mm512_set1_ps(p.b[g]);
     const uint8_t* q = r.p.q[j] + kb * kBlockBytes;
     if constexpr (Bits == 4) {
       // The 16 values a 4-bit weight can take, scale x q + bias for q = 0..15, then one
@@ -125,7 +127,8 @@ struct AffinePolicy {
   template <bool Checked>
   M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i,
                                __m256 (&v)[4], __m256i&) {
-    const __m256 s = _mm256_set1_ps(p.a[i >> r.shift]), b = _mm256_set1_ps(p.b[i >> r.shift]);
+    const int g = group_in_chunk(r, kb, kb - i);
+    const __m256 s = _mm256_set1_ps(p.a[g]), b = _mm256_set1_ps(p.b[g]);
     __m256i q[4];
     block_ints256<Bits>(r.p.q[j] + kb * kBlockBytes, q);
     for (int k = 0; k < 4; ++k) v[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(q[k]), s, b);

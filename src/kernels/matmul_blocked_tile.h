@@ -41,7 +41,7 @@
 
 namespace m3::matmul_detail::blocked {
 
-constexpr int kParamBlocks = 16;  // blocks whose factors are converted at once (a multiple of any group's blocks)
+constexpr int kParamBlocks = 16;  // blocks whose factors are converted at once
 
 // A row's factors for blocks kb0 .. kb0 + nb - 1 (or their groups), as the format's widening uses them.
 struct BlockParams {
