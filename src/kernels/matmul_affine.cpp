@@ -77,6 +77,7 @@ M3_AVX2 inline void block_ints256(const uint8_t* p, __m256i (&v)[4]) {
 template <int Bits>
 struct AffinePolicy {
   static constexpr int kBlockBytes = kBlock * Bits / 8;
+  static constexpr uint32_t kBadBits = 0;  // every value widens exactly
   struct Rows {
     RowPointers p;
     int shift;
@@ -103,7 +104,7 @@ struct AffinePolicy {
   }
   template <bool Checked>
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
-                                 __m512& w1, uint32_t&) {
+                                 __m512& w1, __m512i&) {
     const int g = group_in_chunk(r, kb, kb - i);
     const __m512 s = _mm512_set1_ps(p.a[g]), b = _mm512_set1_ps(p.b[g]);
     const uint8_t* q = r.p.q[j] + kb * kBlockBytes;

@@ -16,13 +16,15 @@
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
 //   static void params(const Rows&, int j, int64_t kb0, int nb, BlockParams&);  // blocks kb0 .. kb0+nb-1 of row j
 //   template <bool Checked> static void widen512(const Rows&, int j, int64_t kb, const BlockParams&, int i,
-//                                                __m512& pass0, __m512& pass1, uint32_t& bad);
+//                                                __m512& pass0, __m512& pass1, __m512i& bad);
 //   template <bool Checked> static void widen256(const Rows&, int j, int64_t kb, const BlockParams&, int i,
 //                                                __m256 (&v)[4], __m256i& bad);
 //       // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1. i = kb - kb0. The unchecked widening
-//       // sets bits of `bad` where it cannot give the exact values (MXFP8's NaN codes), and the
-//       // tile then runs again with the checked one (Checked = true), which always can: a test
-//       // per tile instead of a branch per block.
+//       // may OR anything into `bad`; where it cannot give the exact values (MXFP8's NaN codes) it
+//       // sets some of the bits kBadBits (in every 32-bit lane), and the tile then runs again with
+//       // the checked one (Checked = true), which always can: a test per tile instead of a branch
+//       // per block.
+//   static constexpr uint32_t kBadBits;
 //   static void prefetch(const Rows&, int j, int64_t kb);
 // Included only by the format files, which are compiled for plain x86-64 with per-function targets.
 #include <immintrin.h>
@@ -57,7 +59,7 @@ M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t ro
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t KB = a.K / kBlock;  // blocked formats have whole blocks
-  uint32_t bad = 0;
+  __m512i bad = _mm512_setzero_si512();
   BlockParams p[NR];
   for (int64_t kb0 = 0; kb0 < KB; kb0 += kParamBlocks) {
     const int nb = int(std::min<int64_t>(kParamBlocks, KB - kb0));
@@ -80,7 +82,7 @@ M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t ro
       }
     }
   }
-  if (bad != 0) return false;
+  if (_mm512_test_epi32_mask(bad, _mm512_set1_epi32(int(Policy::kBadBits))) != 0) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
   return true;
@@ -122,7 +124,7 @@ M3_BLOCKED_AVX2 bool tile256_pass(const LinearWeight& w, int64_t n, int64_t row_
       }
     }
   }
-  if (!_mm256_testz_si256(bad, bad)) return false;
+  if (!_mm256_testz_si256(bad, _mm256_set1_epi32(int(Policy::kBadBits)))) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
   return true;
@@ -149,7 +151,7 @@ M3_BLOCKED_AVX512 void fill512(const LinearWeight& w, int64_t n, int64_t row_ste
         const int64_t kb = c0 + i;
         Policy::prefetch(r, j, kb);
         __m512 w0, w1;
-        uint32_t unused = 0;
+        __m512i unused = _mm512_setzero_si512();
         Policy::template widen512<true>(r, j, kb, p, i, w0, w1, unused);
         float* out = panel + ((kb - kb0) * rows + j) * kBlock;
         _mm512_store_ps(out, w0);

@@ -65,13 +65,19 @@ M3_AVX2 inline bool has_nan_code(const uint8_t* q) {
   return _mm256_movemask_epi8(_mm256_cmpeq_epi8(mag, _mm256_set1_epi8(0x7f))) != 0;
 }
 
-// 16 E4M3 bytes as F16 bits (value x 2^-8) in one 16 x 16-bit vector, widened to fp32 in halves;
-// the 16-bit lanes of `nan` are set for NaN codes.
+// E4M3 bytes as F16 bits: sign-extended to 16 bits and shifted up by 7, a byte has its sign in
+// bits 15 and 14 and its magnitude in bits 7-13 (bits 0-6 are zero), so clearing bit 14 leaves the
+// F16 of value e4m3 x 2^-8: two integer operations after the widening load, where placing the sign
+// and the magnitude apart took four. The NaN codes are the magnitude 0x7f: adding 1 to the
+// magnitude (0x80 in these bits) carries into bit 14 for them alone, the bit `kNanBit` that the
+// caller ORs into its flags.
+constexpr uint16_t kF16Bits = 0xbf80, kNanCarry = 0x0080, kNanBit = 0x4000;
+
+// 16 E4M3 bytes as F16 bits in one 16 x 16-bit vector, widened to fp32 in halves.
 M3_AVX2 inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi, __m256i& nan) {
-  const __m256i v = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  const __m256i mag = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(0x3f80));
-  nan = _mm256_or_si256(nan, _mm256_cmpeq_epi16(mag, _mm256_set1_epi16(0x3f80)));
-  const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(v, 8), _mm256_set1_epi16(int16_t(0x8000))), mag);
+  const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(int16_t(kF16Bits)));
+  nan = _mm256_or_si256(nan, _mm256_add_epi16(h, _mm256_set1_epi16(kNanCarry)));
   lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
@@ -88,19 +94,17 @@ M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)
   }
 }
 
-M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi, uint32_t& nan) {
-  const __m512i v = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  // (v << 8) & 0x8000 | (v << 7) & 0x3f80 in one ternary-logic op: bits of a where c is set, else of b.
-  const __m512i h = _mm512_and_si512(_mm512_ternarylogic_epi32(_mm512_slli_epi16(v, 8), _mm512_slli_epi16(v, 7),
-                                                               _mm512_set1_epi16(int16_t(0x8000)), 0xe4),
-                                     _mm512_set1_epi16(int16_t(0xbf80)));
-  nan |= _mm512_cmpeq_epi16_mask(_mm512_and_si512(h, _mm512_set1_epi16(0x7fff)), _mm512_set1_epi16(0x3f80));
+M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi, __m512i& nan) {
+  const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(int16_t(kF16Bits)));
+  nan = _mm512_or_si512(nan, _mm512_add_epi16(h, _mm512_set1_epi16(kNanCarry)));
   lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
   hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
 }
 
 // MXFP8 for the direct tiles and panel fills (matmul_blocked_tile.h).
 struct Mxfp8Policy {
+  static constexpr uint32_t kBadBits = uint32_t(kNanBit) * 0x10001u;  // both 16-bit halves of a lane
   struct Rows {
     const LinearWeight* w;
     int64_t n, row_step;
@@ -126,7 +130,7 @@ struct Mxfp8Policy {
   // Checked: a block holding a NaN code takes the tables; unchecked: its codes are flagged in `bad`.
   template <bool Checked>
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
-                                 __m512& w1, uint32_t& bad) {
+                                 __m512& w1, __m512i& bad) {
     const uint8_t* q = r.q[j] + kb * kBlock;
     if (Checked && has_nan_code(q)) {
       alignas(64) float buf[kBlock];
