@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 #include <cmath>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -78,10 +79,21 @@ TEST(MsaSelect, FastMatchesReferenceOnRandomScoresWithTies) {
 
 namespace {
 
+// Roughly normal values (four 16-bit uniforms summed and scaled to mean 0, variance 1) from
+// integer arithmetic and one conversion: std::normal_distribution's logarithms were most of this
+// file's time, and 300x slower under qemu's software floating point (scripts/test_aarch64.sh).
 std::vector<float> randn(std::mt19937& rng, size_t n) {
-  std::normal_distribution<float> d;
+  uint64_t state = (uint64_t(rng()) << 32) | rng();
   std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
+  for (float& x : v) {
+    state += 0x9e3779b97f4a7c15ull;  // splitmix64
+    uint64_t z = state;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    const int32_t sum = int32_t(z & 0xffff) + int32_t((z >> 16) & 0xffff) + int32_t((z >> 32) & 0xffff) + int32_t(z >> 48);
+    x = (float(sum) - 131070.0f) * (1.7320508f / 65536.0f);  // the sum's mean is 2 x 65535, its variance 4/12
+  }
   return v;
 }
 
@@ -291,8 +303,11 @@ TEST(AttentionKernels, Fp8KeysAndValuesEqualTheirDequantizedFp32) {
 
 namespace {
 
-// Every CPU path this machine runs, each with its own table (M3_CPU does not matter here).
+// Every CPU path this machine runs, each with its own table; with M3_CPU set, only the path it
+// forces (scripts/test_aarch64.sh checks SVE at other vector lengths that way, without running the
+// generic and NEON kernels again under qemu).
 std::vector<CpuPath> runnable_paths() {
+  if (std::getenv("M3_CPU") != nullptr) return {cpu_active_path()};
   std::vector<CpuPath> out;
   for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve})
     if (cpu_path_supported(p)) out.push_back(p);
