@@ -18,10 +18,7 @@
 // Any head size: keys are vectorised along the block and the head dims along the row, with the
 // last, partial vector of each loaded and stored under a mask (or through a small buffer where a
 // full-width access could leave the caller's arrays), outside the hot loop where it can be.
-// The targets compiled: the ones with a CpuPath (SSE4 and the SVE2 variants would only add build time).
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE2 | HWY_SVE2_128 | HWY_SVE_256)
-#endif
+#include "base/simd_targets.h"  // the targets compiled; M3_HWY_TABLE_OF
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/attention_kernels_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -681,21 +678,7 @@ HWY_AFTER_NAMESPACE();
 namespace m3 {
 
 const AttentionKernels* simd_attention_kernels(CpuPath path) {
-  switch (path) {
-#if HWY_TARGETS & HWY_AVX2
-    case CpuPath::Avx2: return &N_AVX2::kAttentionKernels;
-#endif
-#if HWY_TARGETS & HWY_AVX3
-    case CpuPath::Avx512: return &N_AVX3::kAttentionKernels;
-#endif
-#if HWY_TARGETS & HWY_NEON
-    case CpuPath::Neon: return &N_NEON::kAttentionKernels;
-#endif
-#if HWY_TARGETS & HWY_SVE
-    case CpuPath::Sve: return &N_SVE::kAttentionKernels;
-#endif
-    default: return nullptr;
-  }
+  return M3_HWY_TABLE_OF(AttentionKernels, kAttentionKernels, path);
 }
 
 }  // namespace m3

@@ -3,9 +3,7 @@
 // part hands out the tables. Nothing here instantiates a std:: template. Compiled with
 // -ffp-contract=off (CMakeLists.txt), so the rotation's products and sums are never fused and equal
 // the generic path's.
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE2 | HWY_SVE2_128 | HWY_SVE_256)
-#endif
+#include "base/simd_targets.h"  // the targets compiled; M3_HWY_TABLE_OF
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/elementwise_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -133,21 +131,7 @@ HWY_AFTER_NAMESPACE();
 namespace m3 {
 
 const ElementwiseKernels* simd_elementwise_kernels(CpuPath path) {
-  switch (path) {
-#if HWY_TARGETS & HWY_AVX2
-    case CpuPath::Avx2: return &N_AVX2::kElementwise;
-#endif
-#if HWY_TARGETS & HWY_AVX3
-    case CpuPath::Avx512: return &N_AVX3::kElementwise;
-#endif
-#if HWY_TARGETS & HWY_NEON
-    case CpuPath::Neon: return &N_NEON::kElementwise;
-#endif
-#if HWY_TARGETS & HWY_SVE
-    case CpuPath::Sve: return &N_SVE::kElementwise;
-#endif
-    default: return nullptr;
-  }
+  return M3_HWY_TABLE_OF(ElementwiseKernels, kElementwise, path);
 }
 
 }  // namespace m3

@@ -20,6 +20,7 @@
 #ifndef HWY_DISABLED_TARGETS
 #define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_AVX3 | HWY_AVX3_DL | HWY_SVE2 | HWY_SVE2_128 | HWY_SVE_256)
 #endif
+#include "base/simd_targets.h"  // M3_HWY_TABLE_OF
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/matmul_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -332,18 +333,7 @@ HWY_AFTER_NAMESPACE();
 namespace m3::matmul_detail {
 
 const TileKernels* simd_tile_kernels(CpuPath path) {
-  switch (path) {
-#if HWY_TARGETS & HWY_AVX2
-    case CpuPath::Avx2: return &N_AVX2::kTileKernels;
-#endif
-#if HWY_TARGETS & HWY_NEON
-    case CpuPath::Neon: return &N_NEON::kTileKernels;
-#endif
-#if HWY_TARGETS & HWY_SVE
-    case CpuPath::Sve: return &N_SVE::kTileKernels;
-#endif
-    default: return nullptr;
-  }
+  return M3_HWY_TABLE_OF(TileKernels, kTileKernels, path);
 }
 
 }  // namespace m3::matmul_detail

@@ -1,9 +1,7 @@
 // vec_ops.h's primitives from one source for every SIMD target (Google Highway), as
 // attention_kernels_simd.cpp does: foreach_target.h compiles this file once per target and the
 // HWY_ONCE part hands out the tables. Nothing here instantiates a std:: template.
-#ifndef HWY_DISABLED_TARGETS
-#define HWY_DISABLED_TARGETS (HWY_SSSE3 | HWY_SSE4 | HWY_SVE2 | HWY_SVE2_128 | HWY_SVE_256)
-#endif
+#include "base/simd_targets.h"  // the targets compiled; M3_HWY_TABLE_OF
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/vec_ops_simd.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -59,21 +57,7 @@ HWY_AFTER_NAMESPACE();
 namespace m3 {
 
 const VecOps* simd_vec_ops(CpuPath path) {
-  switch (path) {
-#if HWY_TARGETS & HWY_AVX2
-    case CpuPath::Avx2: return &N_AVX2::kVecOps;
-#endif
-#if HWY_TARGETS & HWY_AVX3
-    case CpuPath::Avx512: return &N_AVX3::kVecOps;
-#endif
-#if HWY_TARGETS & HWY_NEON
-    case CpuPath::Neon: return &N_NEON::kVecOps;
-#endif
-#if HWY_TARGETS & HWY_SVE
-    case CpuPath::Sve: return &N_SVE::kVecOps;
-#endif
-    default: return nullptr;
-  }
+  return M3_HWY_TABLE_OF(VecOps, kVecOps, path);
 }
 
 }  // namespace m3

@@ -307,7 +307,7 @@ namespace {
 // forces (scripts/test_aarch64.sh checks SVE at other vector lengths that way, without running the
 // generic and NEON kernels again under qemu).
 std::vector<CpuPath> runnable_paths() {
-  if (std::getenv("M3_CPU") != nullptr) return {cpu_active_path()};
+  if (const char* forced = std::getenv("M3_CPU"); forced != nullptr && *forced != 0) return {cpu_active_path()};
   std::vector<CpuPath> out;
   for (CpuPath p : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve})
     if (cpu_path_supported(p)) out.push_back(p);
