@@ -1,5 +1,6 @@
 #include "kernels/elementwise.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/cpu_dispatch.h"
@@ -12,6 +13,20 @@ double sum_of_squares_reference(const float* x, int64_t n) {
   for (int64_t i = 0; i < full; ++i) s[i % 8] += double(x[i]) * double(x[i]);
   for (int64_t i = full; i < n; ++i) s[i - full] += double(x[i]) * double(x[i]);
   return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+void layer_norm_moments_reference(const float* x, int64_t n, double& mean, double& var) {
+  double s[8] = {}, q[8] = {};
+  const int64_t full = n / 8 * 8;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t lane = i < full ? i % 8 : i - full;
+    s[lane] += double(x[i]);
+    q[lane] += double(x[i]) * double(x[i]);
+  }
+  const double sum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+  const double squares = ((q[0] + q[4]) + (q[2] + q[6])) + ((q[1] + q[5]) + (q[3] + q[7]));
+  mean = sum / double(n);
+  var = std::max(0.0, squares / double(n) - mean * mean);
 }
 
 namespace {
@@ -46,7 +61,19 @@ void swigluoai_generic(const float* gate, const float* up, int64_t n, float alph
   }
 }
 
-constexpr ElementwiseKernels kGeneric{rmsnorm_generic, rope_rotate_generic, swigluoai_generic};
+void layernorm_generic(const float* x, const float* weight, const float* bias, int64_t rows, int64_t n, double eps,
+                       float* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = out + r * n;
+    double mean, var;
+    layer_norm_moments_reference(xr, n, mean, var);
+    const float mu = float(mean), inv = float(1.0 / std::sqrt(var + eps));
+    for (int64_t i = 0; i < n; ++i) yr[i] = (xr[i] - mu) * inv * weight[i] + bias[i];
+  }
+}
+
+constexpr ElementwiseKernels kGeneric{rmsnorm_generic, rope_rotate_generic, swigluoai_generic, layernorm_generic};
 
 const PathTables<ElementwiseKernels>& tables() {
   static const PathTables<ElementwiseKernels> t{

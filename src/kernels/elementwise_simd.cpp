@@ -65,6 +65,64 @@ void RmsNorm(const float* x, const float* scale, int64_t rows, int64_t n, double
   }
 }
 
+// layer_norm_moments_reference's sums: Σx and Σx², lanes (0,1) .. (6,7) in four registers each.
+void LayerNormMoments(const float* x, int64_t n, double& mean, double& var) {
+  const D2 d2;
+  const DF2 df2;
+  auto s0 = hn::Zero(d2), s1 = s0, s2 = s0, s3 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+  const int64_t full = n / 8 * 8;
+  for (int64_t i = 0; i < full; i += 8) {
+    const auto x0 = hn::PromoteTo(d2, hn::LoadU(df2, x + i)), x1 = hn::PromoteTo(d2, hn::LoadU(df2, x + i + 2));
+    const auto x2 = hn::PromoteTo(d2, hn::LoadU(df2, x + i + 4)), x3 = hn::PromoteTo(d2, hn::LoadU(df2, x + i + 6));
+    s0 = hn::Add(s0, x0);
+    s1 = hn::Add(s1, x1);
+    s2 = hn::Add(s2, x2);
+    s3 = hn::Add(s3, x3);
+    q0 = hn::MulAdd(x0, x0, q0);  // x² is exact in double: fused or not, the same sum
+    q1 = hn::MulAdd(x1, x1, q1);
+    q2 = hn::MulAdd(x2, x2, q2);
+    q3 = hn::MulAdd(x3, x3, q3);
+  }
+  HWY_ALIGN double s[8], q[8];
+  hn::Store(s0, d2, s);
+  hn::Store(s1, d2, s + 2);
+  hn::Store(s2, d2, s + 4);
+  hn::Store(s3, d2, s + 6);
+  hn::Store(q0, d2, q);
+  hn::Store(q1, d2, q + 2);
+  hn::Store(q2, d2, q + 4);
+  hn::Store(q3, d2, q + 6);
+  for (int64_t i = full; i < n; ++i) {
+    s[i - full] += double(x[i]);
+    q[i - full] += double(x[i]) * double(x[i]);
+  }
+  const double sum = ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+  const double squares = ((q[0] + q[4]) + (q[2] + q[6])) + ((q[1] + q[5]) + (q[3] + q[7]));
+  mean = sum / double(n);
+  const double v = squares / double(n) - mean * mean;
+  var = v > 0.0 ? v : 0.0;
+}
+
+void LayerNorm(const float* x, const float* weight, const float* bias, int64_t rows, int64_t n, double eps,
+               float* out) {
+  const DF df;
+  const int64_t N = int64_t(hn::Lanes(df));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * n;
+    float* yr = out + r * n;
+    double mean, var;
+    LayerNormMoments(xr, n, mean, var);
+    const float mu = float(mean), inv = float(1.0 / sqrt(var + eps));
+    const auto vmu = hn::Set(df, mu), vinv = hn::Set(df, inv);
+    int64_t i = 0;
+    for (; i + N <= n; i += N) {
+      const auto t = hn::Mul(hn::Mul(hn::Sub(hn::LoadU(df, xr + i), vmu), vinv), hn::LoadU(df, weight + i));
+      hn::StoreU(hn::Add(t, hn::LoadU(df, bias + i)), df, yr + i);
+    }
+    for (; i < n; ++i) yr[i] = (xr[i] - mu) * inv * weight[i] + bias[i];
+  }
+}
+
 void RopeRotate(float* x, const float* c, const float* s, int half, int heads, int head_dim) {
   const DF df;
   const int N = int(hn::Lanes(df));
@@ -120,7 +178,7 @@ void SwigluOai(const float* gate, const float* up, int64_t n, float alpha, float
 
 }  // namespace
 
-const ElementwiseKernels kElementwise{RmsNorm, RopeRotate, SwigluOai};
+const ElementwiseKernels kElementwise{RmsNorm, RopeRotate, SwigluOai, LayerNorm};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace m3

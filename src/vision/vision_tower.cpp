@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "m3/error.h"
+#include "kernels/elementwise.h"
 #include "kernels/matmul.h"
 #include "vision/vision_attention.h"
 
@@ -104,17 +105,7 @@ void Rope3d::apply(float* x, int64_t i, int heads) const {
 float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * float(M_SQRT1_2))); }
 
 void layer_norm(const float* x, const LayerNormWeights& w, int64_t rows, int64_t n, double eps, float* out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * n;
-    float* o = out + r * n;
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += xr[i];
-    const double mean = sum / double(n);
-    double var = 0.0;
-    for (int64_t i = 0; i < n; ++i) var += (xr[i] - mean) * (xr[i] - mean);
-    const float inv = float(1.0 / std::sqrt(var / double(n) + eps)), mu = float(mean);
-    for (int64_t i = 0; i < n; ++i) o[i] = (xr[i] - mu) * inv * w.weight[size_t(i)] + w.bias[size_t(i)];
-  }
+  elementwise_kernels().layernorm(x, w.weight.data(), w.bias.data(), rows, n, eps, out);
 }
 
 VisionTower::VisionTower(const ModelConfig& cfg, const TensorStore& store, ThreadPool& pool,

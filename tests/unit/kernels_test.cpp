@@ -211,6 +211,37 @@ TEST(Elementwise, EveryPathMatchesTheGenericPathAndDoublePrecision) {
                       1e-6 * (1.0 + std::fabs(x[size_t(r * n + i)] * inv)));
       }
 
+      // LayerNorm on rows with a mean far above their spread (the variance's hard case) and on
+      // centred ones: every path gives the generic path's bits, which are the float64 formula's.
+      for (float offset : {0.0f, 300.0f}) {
+        auto xs = x;
+        for (float& v : xs) v += offset;
+        const auto bias = random_vec(rng, size_t(n), 0.5f);
+        std::vector<float> l_want(xs.size()), l_got(xs.size());
+        generic.layernorm(xs.data(), scale.data(), bias.data(), rows, n, 1e-5, l_want.data());
+        k.layernorm(xs.data(), scale.data(), bias.data(), rows, n, 1e-5, l_got.data());
+#ifndef FP_FAST_FMAF  // a build that fuses the generic path's products rounds them differently
+        EXPECT_EQ(l_got, l_want);
+#endif
+        for (int64_t r = 0; r < rows; ++r) {
+          long double sum = 0, sq = 0;
+          for (int64_t i = 0; i < n; ++i) sum += xs[size_t(r * n + i)];
+          const long double mean = sum / n;
+          for (int64_t i = 0; i < n; ++i) sq += (xs[size_t(r * n + i)] - mean) * (xs[size_t(r * n + i)] - mean);
+          double m = 0, v = 0;
+          m3::layer_norm_moments_reference(xs.data() + r * n, n, m, v);
+          EXPECT_NEAR(m, double(mean), 1e-14 * (1.0 + std::fabs(double(mean))));
+          EXPECT_NEAR(v, double(sq / n), 1e-12 * (1.0 + double(mean * mean)));
+          const double inv = 1.0 / std::sqrt(double(sq / n) + 1e-5);
+          for (int64_t i = 0; i < n; i += 7) {
+            const double z = (xs[size_t(r * n + i)] - double(mean)) * inv;
+            // fp32 holds the mean to half an ulp (6e-8 relative), which the scaling multiplies by inv.
+            EXPECT_NEAR(l_got[size_t(r * n + i)], z * scale[size_t(i)] + bias[size_t(i)],
+                        2e-6 * (1.0 + std::fabs(z)) + 1.5 * 6e-8 * std::fabs(double(mean)) * inv);
+          }
+        }
+      }
+
       // SwiGLU-OAI over gates well past both clamps (and past exp's range), in place as the MoE calls it.
       const auto gate = random_vec(rng, size_t(n), 30.0f), up = random_vec(rng, size_t(n), 5.0f);
       std::vector<float> g_want(static_cast<size_t>(n)), g_got = gate;
