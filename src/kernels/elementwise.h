@@ -1,14 +1,14 @@
 #pragma once
-// The per-row operations between the matmuls: Gemma RMSNorm, the rotary embedding's rotation and
-// SwiGLU-OAI, on the kernels' CPU paths: Highway tables for AVX2, AVX-512, NEON and SVE
-// (elementwise_simd.cpp) and plain C++ for the generic path (elementwise.cpp). norm.h, rope.h and
-// activations.h are their entry points for the model.
+// The per-row operations between the matmuls: Gemma RMSNorm, the rotary embedding's rotation,
+// SwiGLU-OAI and the vision tower's LayerNorm, on the kernels' CPU paths: Highway tables for AVX2,
+// AVX-512, NEON and SVE (elementwise_simd.cpp) and plain C++ for the generic path
+// (elementwise.cpp). norm.h, rope.h and activations.h are their entry points for the model.
 //
-// Bits: RMSNorm, LayerNorm's statistics and the rotation give the same bits on every path (the norm's double sum of
-// squares runs in a fixed 8-lane order everywhere; the rotation is a multiply and a subtract or
-// add per element, never fused). SwiGLU's sigmoid takes Highway's vector exp (1 ULP) on the SIMD
-// paths and libm's exp on the generic one, so the two differ by rounding; the SIMD paths agree
-// with one another.
+// Bits: RMSNorm, LayerNorm and the rotation give the same bits on every path (the norms' double
+// sums run in a fixed 8-lane order everywhere; the rotation is a multiply and a subtract or add per
+// element, never fused). SwiGLU's sigmoid takes Highway's vector exp (1 ULP) on the SIMD paths and
+// libm's exp on the generic one, so the two differ by rounding; the SIMD paths agree with one
+// another.
 #include <cstdint>
 
 #include "base/cpu_features.h"
