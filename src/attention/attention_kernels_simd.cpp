@@ -83,16 +83,17 @@ HWY_INLINE VF LoadWide(DF df, const uint16_t* p) {
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(dh, p))));
 }
 
-// E4M3 (an fp8 cache) widened exactly to its value x 2^-8: the byte's magnitude shifted up by 7
-// and its sign by 8 is that F16, subnormals included. The 2^8 goes into the key's (value row's)
-// scale, which multiplies after the dot product: for powers of two the same bits. 0x7f/0xff (NaN)
-// are never stored.
+// E4M3 (an fp8 cache) widened exactly to its value x 2^-8. Sign-extended to 16 bits and shifted up
+// by 7, a byte s.eeee.mmm puts its sign in bits 15 and 14 and eeee.mmm in bits 13-7; clearing bit
+// 14 leaves the F16 s.0eeee.mmm0000000, which is value x 2^-8, subnormals included (the MXFP8
+// weights' widening, docs/FORMATS.md). The 2^8 goes into the key's (value row's) scale, which
+// multiplies after the dot product: for powers of two the same bits. 0x7f/0xff (NaN) are never
+// stored.
 HWY_INLINE VF LoadWide(DF df, const uint8_t* p) {
-  const D8 d8;
-  const DH dh;
-  const auto b = hn::PromoteTo(dh, hn::LoadU(d8, p));
-  const auto h = hn::Or(hn::And(hn::ShiftLeft<8>(b), hn::Set(dh, uint16_t(0x8000))),
-                        hn::And(hn::ShiftLeft<7>(b), hn::Set(dh, uint16_t(0x3f80))));
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::Rebind<int16_t, DF> d16;
+  const auto h = hn::And(hn::ShiftLeft<7>(hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)))),
+                         hn::Set(d16, int16_t(0xbf80 - 0x10000)));
   return hn::PromoteTo(df, hn::BitCast(DF16(), h));
 }
 
