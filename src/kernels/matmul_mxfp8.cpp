@@ -117,9 +117,27 @@ struct Mxfp8Policy {
   static void prefetch(const Rows& r, int j, int64_t kb) {
     _mm_prefetch(reinterpret_cast<const char*>(r.q[j] + kb * kBlock + kPrefetchAhead), _MM_HINT_T0);
   }
-  // Each block's factors (block_scale): a = the first, b = the second.
-  static void params(const Rows& r, int j, int64_t kb0, int nb, blocked::BlockParams& p) {
-    p.rare = false;
+  // Each block's factors (block_scale): a = the first, b = the second. A chunk without a rare
+  // scale (real checkpoints have none) is converted 8 scales to a vector: the scalar loop was a
+  // fifth of a direct tile's time (docs/BENCHMARKS.md §0k); b is read only when p.rare is set.
+  M3_AVX2 static void params(const Rows& r, int j, int64_t kb0, int nb, blocked::BlockParams& p) {
+    const uint8_t* src = r.s[j] + kb0;
+    alignas(16) uint8_t tail[blocked::kParamBlocks] = {};
+    if (nb < blocked::kParamBlocks) {  // the row's last chunk: a full load could leave the tensor
+      for (int i = 0; i < nb; ++i) tail[i] = src[i];
+      src = tail;
+    }
+    const __m128i bytes = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src));
+    const __m256i lo = _mm256_cvtepu8_epi32(bytes), hi = _mm256_cvtepu8_epi32(_mm_unpackhi_epi64(bytes, bytes));
+    const __m256i limit = _mm256_set1_epi32(246);
+    p.rare = !_mm256_testz_si256(_mm256_or_si256(_mm256_cmpgt_epi32(lo, limit), _mm256_cmpgt_epi32(hi, limit)),
+                                 _mm256_set1_epi32(-1));
+    if (!p.rare) {  // 2^(s + 8 - 127): the exponent field s + 8 (at least 8, so a normal number)
+      const __m256i eight = _mm256_set1_epi32(8);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(p.a), _mm256_slli_epi32(_mm256_add_epi32(lo, eight), 23));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(p.a + 8), _mm256_slli_epi32(_mm256_add_epi32(hi, eight), 23));
+      return;
+    }
     for (int i = 0; i < nb; ++i) {
       const BlockScale bs = block_scale(r.s[j][kb0 + i]);
       p.a[i] = bs.first;
