@@ -95,6 +95,11 @@ mj = [json.loads(l) for l in run("bench", "matmul", "-m", "1,4", "-s", "64x96", 
                                  "--stream-mib", "0", "-o", "jsonl").stdout.splitlines()]
 check("bench matmul -o jsonl: one object per row, with the kernels' path",
       [r["m"] for r in mj] == [1, 4] and all(r["matmul_kernels"] and r["gflops"] > 0 for r in mj), str(mj)[:400])
+ms = [json.loads(l) for l in run("bench", "matmul", "-m", "1", "-s", "64x96", "-r", "1", "--stream-mib", "0",
+                                 "--skip-bounds", "-o", "jsonl").stdout.splitlines()]
+check("bench matmul --skip-bounds: the rows without a bound, and no bandwidth or peak in the facts",
+      len(ms) == 1 and ms[0]["gflops"] > 0 and ms[0]["of_bound"] == "–"
+      and not ms[0].get("read_bandwidth_gbs") and not ms[0].get("fma_peak_gflops"), str(ms)[:400])
 bad_o = run("bench", "matmul", "-o", "xml", ok=False)
 check("bench -o rejects an unknown format", bad_o.returncode != 0 and "xml" in bad_o.stderr, bad_o.stderr)
 bj = run("bench", "json", "-m", tiny, "-r", "1", ok=False)
