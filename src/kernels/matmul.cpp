@@ -16,6 +16,10 @@
 #include <optional>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "m3/error.h"
 #include "base/cpu_dispatch.h"
 #include "kernels/matmul_tile.h"
@@ -142,16 +146,31 @@ constexpr TileKernels kGeneric{"generic",          kGenericMr, {0, kGenericNr, k
 // ---- Packing x into the lane order ----
 
 // One row of x into the lane order (pairs or sequential), block b at out + b * block_stride.
+// A block's even elements to out[0, 16) and its odd ones to out[16, 32) (the pair lane order).
+// Four at a time with a shuffle where SSE is there: the scalar copy, one load and one store per
+// element, was 7.7% of an AVX2 prefill of the small preset at 16K (perf, docs/BENCHMARKS.md §0k).
+inline void deinterleave_block(const float* xb, float* ob) {
+#if defined(__SSE2__)
+  for (int l = 0; l < kLanes; l += 4) {
+    const __m128 a = _mm_loadu_ps(xb + 2 * l), b = _mm_loadu_ps(xb + 2 * l + 4);
+    _mm_storeu_ps(ob + l, _mm_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm_storeu_ps(ob + kLanes + l, _mm_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1)));
+  }
+#else
+  for (int l = 0; l < kLanes; ++l) {
+    ob[l] = xb[2 * l];
+    ob[kLanes + l] = xb[2 * l + 1];
+  }
+#endif
+}
+
 void pack_row(const float* x, int64_t K, bool pairs, float* out, int64_t block_stride) {
   const int64_t full = K / kBlock;
   for (int64_t b = 0; b < full; ++b) {
     const float* xb = x + b * kBlock;
     float* ob = out + b * block_stride;
     if (pairs) {
-      for (int l = 0; l < kLanes; ++l) {
-        ob[l] = xb[2 * l];
-        ob[kLanes + l] = xb[2 * l + 1];
-      }
+      deinterleave_block(xb, ob);
     } else {
       std::memcpy(ob, xb, kBlock * sizeof(float));
     }
