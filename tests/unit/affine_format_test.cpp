@@ -131,7 +131,8 @@ TEST(AffineFormat, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
   ThreadPool pool(2);
   for (int bits : {4, 8})
     for (int group : {32, 64, 128}) {
-      const int64_t N = 70, K = 384;
+      // K = 36 blocks: the direct tiles take each row's group parameters in chunks of 16, 16 and 4 blocks.
+      const int64_t N = 70, K = 1152;
       RandomAffine a(bits, group, N, K, uint64_t(7 + bits + group));
       const std::vector<float> d = dequantized(a.w);
       ASSERT_EQ(matmul_detail::pair_lane_order(*a.w.format), bits == 4);
