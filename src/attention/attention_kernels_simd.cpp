@@ -52,12 +52,17 @@ using D8 = hn::Rebind<uint8_t, DF>;   // E4M3 bytes and UE8M0 scales
 using DF16 = hn::Rebind<hwy::float16_t, DF>;
 using VF = hn::Vec<DF>;
 
-// Accumulators a tile may keep in registers: AVX2 has 16 vector registers (8 accumulators leave
-// room for the loaded keys and the broadcast), the other targets 32.
+// Accumulators a tile may keep in registers: AVX2 has 16 vector registers, the other targets 32.
+// On AVX2 a q·k tile keeps 12 (6 queries x 2 key vectors, the keys and the broadcast take the
+// other 4): with 8, each chain's fused multiply-add came round every 4 cycles, its latency, so
+// the loop had no slack (docs/BENCHMARKS.md §0l). A P·V tile keeps 8 (H x V with V dividing the
+// usual head sizes' vectors).
 #if HWY_TARGET == HWY_AVX2
 constexpr int kMaxAcc = 8;
+constexpr int kQkAcc = 12;
 #else
 constexpr int kMaxAcc = 16;
+constexpr int kQkAcc = 16;
 #endif
 
 #if HWY_TARGET == HWY_AVX2
@@ -185,10 +190,10 @@ HWY_INLINE VF Exp(DF df, VF x) {
 }
 
 // ------------------------------------------------------------------ q·k scores
-// A tile is Q queries × V key vectors (V <= 4, Q·V <= kMaxAcc <= 16) of named accumulators
+// A tile is Q queries × V key vectors (V <= 4, Q·V <= kQkAcc <= 16) of named accumulators
 // acc0..acc15, accumulator k for query k / V and key vector k % V; the unused ones compile away
 // (SVE vectors cannot live in arrays). Few keys per block (small blocks) get tall tiles, so that
-// every tile keeps kMaxAcc independent FMA chains.
+// every tile keeps kQkAcc independent FMA chains.
 
 #define M3_ACC16(M) M(0) M(1) M(2) M(3) M(4) M(5) M(6) M(7) M(8) M(9) M(10) M(11) M(12) M(13) M(14) M(15)
 #define M3_ZERO(k) VF acc##k = hn::Zero(df);
@@ -316,7 +321,7 @@ struct TileRows {
 };
 
 // The queries in tiles of Q (as tall as the accumulators allow for V), the rest in tiles of 8,
-// 4, 2 and 1.
+// 4, 2 and 1 (those below Q).
 template <int Q, int V, typename T, class Sink>
 HWY_INLINE void QkRows(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
                        Prefetch& pf) {
@@ -328,6 +333,7 @@ HWY_INLINE void QkRows(const float* q, int nq, int dim, const T* kT, int kt_stri
       QkKeys<R, V>(q + int64_t(i0) * dim, dim, kT, kt_stride, n_keys, sink, pf);
     }
   };
+  if constexpr (Q != 16 && Q != 8 && Q != 4 && Q != 2 && Q != 1) rows(TileRows<Q>{});
   if constexpr (Q >= 16) rows(TileRows<16>{});
   if constexpr (Q >= 8) rows(TileRows<8>{});
   if constexpr (Q >= 4) rows(TileRows<4>{});
@@ -336,8 +342,8 @@ HWY_INLINE void QkRows(const float* q, int nq, int dim, const T* kT, int kt_stri
 }
 
 // Key vectors per tile: up to 4, fewer when the block has fewer keys (small blocks get taller
-// tiles of kMaxAcc / V queries).
-constexpr int kWide = kMaxAcc >= 16 ? 4 : 2;  // AVX2: 4 queries x 2 vectors fill its 8 accumulators
+// tiles of kQkAcc / V queries).
+constexpr int kWide = kQkAcc >= 16 ? 4 : 2;  // AVX2: 6 queries x 2 vectors fill its 12 accumulators
 HWY_INLINE int TileVectors(int n_keys) {
   const int N = int(hn::Lanes(DF()));
   const int vecs = (n_keys + N - 1) / N;
@@ -348,7 +354,7 @@ HWY_INLINE int TileVectors(int n_keys) {
 // would leave the end of the next page unrequested.
 HWY_INLINE int64_t QkSteps(int nq, int dim, int n_keys) {
   const int N = int(hn::Lanes(DF()));
-  const int V = TileVectors(n_keys), Q = kMaxAcc / V;
+  const int V = TileVectors(n_keys), Q = kQkAcc / V;
   return int64_t(dim) * (nq > Q ? nq / Q : 1) * (n_keys > V * N ? n_keys / (V * N) : 1);
 }
 
@@ -356,9 +362,9 @@ template <typename T, class Sink>
 HWY_INLINE void QkForTiles(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
                            Prefetch& pf) {
   const int V = TileVectors(n_keys);
-  if (V == kWide) QkRows<kMaxAcc / kWide, kWide>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
-  else if (V == 2) QkRows<kMaxAcc / 2, 2>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
-  else QkRows<kMaxAcc, 1>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  if (V == kWide) QkRows<kQkAcc / kWide, kWide>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  else if (V == 2) QkRows<kQkAcc / 2, 2>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  else QkRows<kQkAcc, 1>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
 }
 
 // Stores score vectors to S rows (stride ld), the last one cut at n_keys. With scales (an fp8

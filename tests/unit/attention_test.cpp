@@ -103,7 +103,7 @@ TEST(AttentionKernels, ScoresAndBlockMaxMatchDotProducts) {
   std::mt19937 rng(10);
   for (int dim : {16, 32, 128, 7})
     for (int n_keys : {1, 15, 16, 17, 64, 100, 128})
-      for (int nq : {1, 2, 3, 4, 6, 9}) {  // tiles of 4 plus a remainder of 0-3 queries
+      for (int nq : {1, 2, 3, 4, 6, 7, 9, 13, 16}) {  // tiles of 4, 6 (AVX2), 8 or 16 queries plus remainders
         const int stride = 128;
         auto q = randn(rng, size_t(nq * dim));
         auto kT = randn(rng, size_t(dim * stride));
