@@ -565,7 +565,7 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
 }
 
 // ------------------------------------------------------------------ P·V
-// A tile is H heads (H <= 4) × V vectors of head dims from d0 (V <= 4, H·V <= kMaxAcc).
+// A tile is H heads (H <= 6) × V vectors of head dims from d0 (V <= 4, H·V <= 16).
 
 // o[h][d0, d0 + V·N) += Σ_t P[h][t] · v[t][d0, ...), `avail` of those dims valid (kTail: fewer than
 // V·N). v rows are hd apart, so a full-width load of a partial vector reads into the next rows;
@@ -648,9 +648,15 @@ void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int
   const DF df;
   const int N = int(hn::Lanes(df));
   constexpr int V4 = kMaxAcc / 4, V3 = Min(4, kMaxAcc / 3), V2 = Min(4, kMaxAcc / 2);
+  // AVX2 first takes 6 heads at a time, 2 vectors each (12 accumulators, as its q·k tiles; 4 x 2
+  // left no slack between a chain's fused multiply-adds), the other targets 4 x 4.
+  constexpr int kTallH = kQkAcc > kMaxAcc ? kQkAcc / 2 : 4, kTallV = kTallH == 4 ? V4 : 2;
   // Steps at most (see QkSteps): n_keys per (head tile, dim tile).
-  Prefetch pf(pf_region, pf_bytes, int64_t(n_keys) * (heads > 4 ? heads / 4 : 1) * (hd > V4 * N ? hd / (V4 * N) : 1));
+  Prefetch pf(pf_region, pf_bytes,
+              int64_t(n_keys) * (heads > kTallH ? heads / kTallH : 1) * (hd > kTallV * N ? hd / (kTallV * N) : 1));
   int h = 0;
+  for (; h + kTallH <= heads; h += kTallH)
+    PvHeads<kTallH, kTallV>(df, P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd, pf);
   for (; h + 4 <= heads; h += 4) PvHeads<4, V4>(df, P + int64_t(h) * ld, ld, n_keys, v, hd, o + int64_t(h) * hd, pf);
   const float* Ph = P + int64_t(h) * ld;
   float* oh = o + int64_t(h) * hd;
