@@ -220,7 +220,7 @@ TEST(AttentionKernels, Bf16KeysAndValuesEqualTheirFp32Widening) {
       }
   for (int hd : {16, 32, 48, 128, 112, 12})
     for (int n_keys : {1, 17, 48})
-      for (int heads : {1, 2, 3, 5, 8}) {  // head tiles of 4 plus a remainder; dim tiles of 64 plus 16-48
+      for (int heads : {1, 2, 3, 5, 7, 8, 13}) {  // head tiles of 6 (AVX2) or 4 plus a remainder; dim tiles of 64 plus 16-48
         const int ld = 48;
         auto P = randn(rng, size_t(heads * ld));
         std::vector<uint16_t> vb;
@@ -392,7 +392,7 @@ void check_every_path(uint32_t seed) {
         }
 
   for (int hd : {7, 12, 16, 32, 48, 64, 80, 96, 112, 128, 256})
-    for (int heads : {1, 2, 3, 4, 5, 8, 16})
+    for (int heads : {1, 2, 3, 4, 5, 6, 7, 8, 13, 16})
       for (const std::vector<int>& blocks : {std::vector<int>{48, 48, 17}, std::vector<int>{5}, std::vector<int>{16, 1}}) {
         const int ld = blocks[0];
         int total = 0;
