@@ -93,13 +93,16 @@ HWY_INLINE VF Widen(DF df, const uint8_t* p, int64_t lane0) {
 template <DType T>
 constexpr int kBlockBytes = T == DType::F32 ? 128 : 64;
 
-// The fixed 16-lane sum (matmul_tile.h), in plain adds.
+// The fixed 16-lane sum (matmul_tile.h): s8 and s4 as 4-lane vector adds (the same additions
+// lane by lane), s2 and the total in scalar adds, where fifteen scalar adds per output were ~4%
+// of an AVX2 panel tile at K = 512 (docs/BENCHMARKS.md §0l).
 HWY_INLINE float Reduce16(const float* a) {
-  float s8[8], s4[4], s2[2];
-  for (int i = 0; i < 8; ++i) s8[i] = a[i] + a[i + 8];
-  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
-  for (int i = 0; i < 2; ++i) s2[i] = s4[i] + s4[i + 2];
-  return s2[0] + s2[1];
+  const hn::FixedTag<float, 4> d4;
+  const auto s8_lo = hn::Add(hn::LoadU(d4, a), hn::LoadU(d4, a + 8));       // s8[0..3]
+  const auto s8_hi = hn::Add(hn::LoadU(d4, a + 4), hn::LoadU(d4, a + 12));  // s8[4..7]
+  HWY_ALIGN float s4[4];
+  hn::Store(hn::Add(s8_lo, s8_hi), d4, s4);
+  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
 }
 
 template <int m>
