@@ -82,23 +82,30 @@ def round_to_bf16(x):
     return out.astype(x.dtype)
 
 
-def round_to_e4m3(x):
+def round_to_e4m3(x, flip_near=0.0):
     """Round to the nearest OCP E4M3 value (ties to even), saturating at +-448: 3 mantissa bits, the
-    smallest normal 2^-6, subnormal steps of 2^-9. x is float64 (exact for the float32 inputs)."""
+    smallest normal 2^-6, subnormal steps of 2^-9. x is float64 (exact for the float32 inputs).
+    flip_near > 0: values within flip_near (relative) of a rounding midpoint go to the other
+    neighbour, the rounding a slightly different fp32 input would get (see M3Reference)."""
     x = np.asarray(x, dtype=np.float64)
     a = np.abs(x)
     e = np.floor(np.log2(np.where(a > 0, a, 1.0)))
     e = np.maximum(e, -6.0)  # below 2^-6 the steps are those of the subnormals
     step = 2.0 ** (e - 3)
-    r = np.rint(a / step) * step  # np.rint rounds half to even
-    return np.sign(x) * np.minimum(r, 448.0)
+    q = a / step
+    n = np.rint(q)  # np.rint rounds half to even
+    if flip_near > 0:
+        lo = np.floor(q)
+        near = np.abs(q - lo - 0.5) <= flip_near * q
+        n = np.where(near, np.where(n == lo, lo + 1, lo), n)
+    return np.sign(x) * np.minimum(n * step, 448.0)
 
 
-def round_to_fp8_cache(x):
+def round_to_fp8_cache(x, flip_near=0.0):
     """What the engine's fp8 cache stores for each vector along the last axis (one token's key,
     value or index key of one head): the vector (first an fp32, as the engine computes it) over its
     power-of-two scale 2^e, the smallest with max|x| / 2^e <= 448 (e in [-126, 119]), rounded to
-    E4M3, times 2^e."""
+    E4M3, times 2^e. flip_near: as for round_to_e4m3."""
     f = np.asarray(x).astype(np.float32).astype(np.float64)
     amax = np.abs(f).max(axis=-1, keepdims=True)
     e = np.where(amax > 0, np.ceil(np.log2(np.where(amax > 0, amax, 1.0) / 448.0)), 0.0)
@@ -106,7 +113,7 @@ def round_to_fp8_cache(x):
     e = np.where(amax > 448.0 * 2.0 ** e, e + 1, e)
     e = np.clip(e, -126, 119)
     scale = 2.0 ** e
-    return (round_to_e4m3(f / scale) * scale).astype(np.asarray(x).dtype)
+    return (round_to_e4m3(f / scale, flip_near) * scale).astype(np.asarray(x).dtype)
 
 
 def read_safetensors_header(path):
@@ -479,22 +486,27 @@ def moe_route(router_logits, bias, top_k, scaling, fixed=None):
 
 
 class M3Reference:
-    def __init__(self, model_dir, dtype=np.float64, cache_dtype="f32", overrides=None):
+    def __init__(self, model_dir, dtype=np.float64, cache_dtype="f32", overrides=None, fp8_flip_near=0.0):
         """overrides: {tensor name without "language_model.": array} used instead of the stored
-        tensor (the finite-difference checks of the training gradients perturb weights this way)."""
+        tensor (the finite-difference checks of the training gradients perturb weights this way).
+        fp8_flip_near (fp8 cache): cached values within this relative distance of an E4M3 rounding
+        midpoint are rounded the other way. An engine's fp32 values differ from the reference's by
+        rounding noise, so such a value may land on either side; a test compares the selection with
+        and without the flip to find token sequences whose block selection does not hinge on it."""
         if cache_dtype not in ("f32", "bf16", "fp8"):
             raise ValueError(f"cache_dtype must be f32, bf16 or fp8, not {cache_dtype!r}")
         self.ckpt = Checkpoint(model_dir)
         self.cfg = TextConfig(self.ckpt.config)
         self.dtype = dtype
         self.cache_dtype = cache_dtype
+        self.fp8_flip_near = fp8_flip_near
         self.overrides = overrides if overrides is not None else {}
         self._train = None  # set by losses()
 
     def _cached(self, x):
         """What reading x back from the KV cache gives: x itself, or x rounded to bf16."""
         if self.cache_dtype == "fp8":
-            return round_to_fp8_cache(x)
+            return round_to_fp8_cache(x, self.fp8_flip_near)
         return round_to_bf16(x) if self.cache_dtype == "bf16" else x
 
     def w(self, name, shape=None):
