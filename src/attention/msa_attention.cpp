@@ -134,6 +134,17 @@ namespace {
 // decode step at 1M keeps 128 partial states per group.
 int segment_blocks(bool sparse) { return sparse ? 8 : 64; }
 
+// Blocks per online-softmax step. A sparse row takes one step per selected block. A dense row
+// takes one per `span` consecutive blocks (aligned to multiples of span from block 0, so never
+// across a segment), at least 128 keys a step: with small blocks (the tiny preset's 16 keys) the
+// step's fixed work (a maximum, a correction exponential, a sum, the rescale of every accumulator)
+// was a fifth of dense attention (docs/BENCHMARKS.md §0l). Decode and prefill step alike.
+int softmax_span(int block_size, bool sparse) {
+  int span = 1;
+  while (!sparse && span * 2 * block_size <= 128 && span * 2 <= segment_blocks(false)) span *= 2;
+  return span;
+}
+
 // (M, L, O) <- the fold of (M, L, O) and a segment's (m, l, o), per head. A fresh (M = -inf, L = 0,
 // O = 0) folded with a segment gives that segment's state exactly.
 void fold_state(int Hg, int hd, float* M, float* L, float* O, const float* m, const float* l, const float* o) {
@@ -149,27 +160,45 @@ void fold_state(int Hg, int hd, float* M, float* L, float* O, const float* m, co
 }
 
 // Online softmax of one row's Hg query heads (q pre-scaled) over entries [j0, j1) of its block list:
-// leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim).
+// leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim). `span`
+// consecutive entries (dense rows: consecutive blocks) make one softmax step; S holds Hg rows of
+// span x B scores.
 void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, const float* q, int Hg, int hd,
-                       const std::function<int32_t(int32_t)>& block_of, int32_t j0, int32_t j1, float* m, float* l,
-                       float* o, float* S) {
+                       const std::function<int32_t(int32_t)>& block_of, int32_t j0, int32_t j1, int span, float* m,
+                       float* l, float* o, float* S) {
   const int B = cache.shape().block_size;
+  const int ld = span * B;
   const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
   std::fill(m, m + Hg, -INFINITY);
   std::fill(l, l + Hg, 0.0f);
   std::fill(o, o + size_t(Hg) * hd, 0.0f);
-  for (int32_t j = j0; j < j1; ++j) {
-    const int64_t b = block_of(j);
-    const int n_keys = int(std::min<int64_t>(B, pos + 1 - b * B));  // causal inside the local block
-    const bool more = j + 1 < j1;  // the next page is requested into L2 while this one is computed
-    const int64_t nb = more ? block_of(j + 1) : 0;
-    const void* next_k = more ? cache.k_block_t(layer, nb, g).data : nullptr;
-    const void* next_v = more ? cache.v_block(layer, nb, g).data : nullptr;
-    with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), [&](auto kT, auto v) {
-      scores_of(q, Hg, hd, kT, B, n_keys, S, B, next_k, next_k ? page : 0);
-      softmax_block_update(S, Hg, B, n_keys, m, l, o, hd);
-      values_of(S, Hg, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
-    });
+  auto keys_of = [&](int64_t b) { return int(std::min<int64_t>(B, pos + 1 - b * B)); };  // causal inside the local block
+  for (int32_t u = j0; u < j1; u += span) {
+    const int32_t u1 = std::min(u + span, j1);
+    // The pages of the next unit are requested into L2 while this one is computed, the K (V) page
+    // of its j-th entry during the q·k (P·V) call of this unit's j-th.
+    auto next_of = [&](int32_t j, bool v) -> const void* {
+      if (j + span >= j1) return nullptr;
+      const int64_t nb = block_of(j + span);
+      return v ? cache.v_block(layer, nb, g).data : cache.k_block_t(layer, nb, g).data;
+    };
+    int n_keys = 0;
+    for (int32_t j = u; j < u1; ++j) {
+      const int64_t b = block_of(j);
+      const void* next_k = next_of(j, false);
+      with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), [&](auto kT, auto) {
+        scores_of(q, Hg, hd, kT, B, keys_of(b), S + (j - u) * B, ld, next_k, next_k ? page : 0);
+      });
+      n_keys += keys_of(b);
+    }
+    softmax_block_update(S, Hg, ld, n_keys, m, l, o, hd);
+    for (int32_t j = u; j < u1; ++j) {
+      const int64_t b = block_of(j);
+      const void* next_v = next_of(j, true);
+      with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), [&](auto, auto v) {
+        values_of(S + (j - u) * B, Hg, ld, keys_of(b), v, hd, o, next_v, next_v ? page : 0);
+      });
+    }
   }
 }
 
@@ -181,14 +210,14 @@ void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, cons
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
   const int64_t pos = run.first_pos;
-  const int seg = segment_blocks(sel != nullptr);
+  const int seg = segment_blocks(sel != nullptr), span = softmax_span(B, sel != nullptr);
   auto count = [&](int g) { return sel ? sel->count[size_t(g)] : int32_t(pos / B + 1); };
   int32_t segs = 0;  // segments of the longest list; shorter lists leave their last tasks idle
   for (int g = 0; g < G; ++g) segs = std::max(segs, (count(g) + seg - 1) / seg);
   std::vector<float> pm(size_t(G) * segs * Hg), pl(pm.size()), po(pm.size() * size_t(hd));
 
   pool.parallel_for(int64_t(G) * segs, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(size_t(Hg) * hd), S(size_t(Hg) * B);
+    std::vector<float> q(size_t(Hg) * hd), S(size_t(Hg) * span * B);
     for (int64_t task = t0; task < t1; ++task) {
       const int g = int(task / segs);
       const int32_t j0 = int32_t(task % segs) * seg, j1 = std::min(j0 + seg, count(g));
@@ -196,7 +225,7 @@ void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, cons
       const float* qg = run.q + int64_t(g) * Hg * hd;
       for (size_t e = 0; e < q.size(); ++e) q[e] = qg[e] * scale;
       auto block_of = [&](int32_t j) { return sel ? sel->blocks[size_t(g) * sel->topk + size_t(j)] : j; };
-      attend_row_blocks(cache, layer, g, pos, q.data(), Hg, hd, block_of, j0, j1, pm.data() + task * Hg,
+      attend_row_blocks(cache, layer, g, pos, q.data(), Hg, hd, block_of, j0, j1, span, pm.data() + task * Hg,
                         pl.data() + task * Hg, po.data() + task * Hg * hd, S.data());
     }
   });
@@ -224,7 +253,7 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
   const int B = cache.shape().block_size;
   const float scale = float(1.0 / std::sqrt(double(hd)));
-  const int seg = segment_blocks(sel != nullptr);
+  const int seg = segment_blocks(sel != nullptr), span = softmax_span(B, sel != nullptr);
   // A decode step has one task per KV group; with more threads than groups its segments run in
   // parallel (same bits as the walk below).
   if (run.rows == 1 && run.split_decode && pool.size() > G) {
@@ -241,19 +270,22 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   // leaves at least two tasks per thread. Measured in docs/BENCHMARKS.md §1.
   const int64_t tile_rows = std::clamp<int64_t>(run.rows * G / (2 * int64_t(pool.size())), 8, 128);
   const int64_t tiles = (run.rows + tile_rows - 1) / tile_rows;
-  // Rows per kernel call when consecutive rows share a whole block: a score buffer of ~16 KiB.
-  const int64_t batch_rows = std::max<int64_t>(1, 4096 / (int64_t(Hg) * B));
+  // A unit is what one softmax step covers: a block of a sparse row's list, or `span` consecutive
+  // blocks of a dense row (softmax_span), whose scores sit side by side in S rows of ld floats.
+  const int ld = span * B;
+  // Rows per kernel call when consecutive rows share a whole unit: a score buffer of ~16 KiB.
+  const int64_t batch_rows = std::max<int64_t>(1, 4096 / (int64_t(Hg) * ld));
 
   pool.parallel_for(tiles * G, [&](int64_t t0, int64_t t1) {
     const size_t per_row = static_cast<size_t>(Hg) * hd;
-    std::vector<float> q(size_t(tile_rows) * per_row), S(size_t(batch_rows) * Hg * B);
+    std::vector<float> q(size_t(tile_rows) * per_row), S(size_t(batch_rows) * Hg * ld);
     std::vector<float> m(static_cast<size_t>(tile_rows * Hg)), l(static_cast<size_t>(tile_rows * Hg));
     // Per row: entries of its list done, and the fold of its finished segments (M, L, O); the
     // current segment's state is m, l and the row's accumulators in `acc` (rows next to each other,
     // so that a run of rows is one batch of query heads for the kernels).
     std::vector<int32_t> done(static_cast<size_t>(tile_rows));
     std::vector<float> M(m.size()), L(m.size()), O(size_t(tile_rows) * per_row), acc(O.size());
-    std::vector<uint64_t> uses;  // (block << 32 | row) of every block use in the tile, ascending
+    std::vector<uint64_t> uses;  // (unit << 32 | row) of every unit use in the tile, ascending
     const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
     for (int64_t task = t0; task < t1; ++task) {
       const int g = int(task % G);
@@ -266,11 +298,11 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
             uses.push_back(uint64_t(list[j]) << 32 | uint64_t(i));
         }
         std::sort(uses.begin(), uses.end());
-      } else {  // dense: row i uses blocks 0..its local block, generated already in order
-        const int64_t last = (run.first_pos + r0 + nr - 1) / B;
-        for (int64_t blk = 0; blk <= last; ++blk)
-          for (int64_t i = std::max<int64_t>(0, blk * B - run.first_pos - r0); i < nr; ++i)
-            uses.push_back(uint64_t(blk) << 32 | uint64_t(i));
+      } else {  // dense: row i uses units 0..the one of its local block, generated already in order
+        const int64_t last = (run.first_pos + r0 + nr - 1) / B / span;
+        for (int64_t unit = 0; unit <= last; ++unit)
+          for (int64_t i = std::max<int64_t>(0, unit * ld - run.first_pos - r0); i < nr; ++i)
+            uses.push_back(uint64_t(unit) << 32 | uint64_t(i));
       }
       for (int64_t i = 0; i < nr; ++i) {
         const float* qg = run.q + ((r0 + i) * run.q_heads + int64_t(g) * Hg) * hd;
@@ -289,52 +321,60 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
         std::fill(l.data() + i * Hg, l.data() + (i + 1) * Hg, 0.0f);
         std::fill(o, o + per_row, 0.0f);
       };
-      // Each row meets its blocks in ascending order (its softmax does not depend on the tile).
+      // Each row meets its units in ascending order (its softmax does not depend on the tile).
       for (size_t u = 0; u < uses.size();) {
-        const int64_t b = int64_t(uses[u] >> 32);
+        const int64_t unit = int64_t(uses[u] >> 32), b0 = unit * span;  // b0: the unit's first block
         size_t end = u;
-        while (end < uses.size() && int64_t(uses[end] >> 32) == b) ++end;
-        // The next block the tile needs: its K and V pages are requested into L2 while b is computed
-        // (spread over the qk and pv loops of the first row that uses b), so DRAM traffic overlaps
-        // the arithmetic: a page is read once per tile, and in decode nothing else would hide it.
-        const void* next_k = nullptr;
-        const void* next_v = nullptr;
-        if (end < uses.size()) {
-          const int64_t nb = int64_t(uses[end] >> 32);
-          next_k = cache.k_block_t(layer, nb, g).data;
-          next_v = cache.v_block(layer, nb, g).data;
-        }
-        // kT, v: float, uint16_t (bf16) or Fp8Page pages; the kernels widen them on load.
+        while (end < uses.size() && int64_t(uses[end] >> 32) == unit) ++end;
+        // The next unit the tile needs: its K and V pages are requested into L2 while this one is
+        // computed (spread over the qk and pv loops of the first rows that use it), so DRAM traffic
+        // overlaps the arithmetic: a page is read once per tile, and in decode nothing else would hide it.
+        const int64_t next_unit_block = end < uses.size() ? int64_t(uses[end] >> 32) * span : -1;
+        const int64_t last_block = (run.first_pos + r0 + nr - 1) / B;  // the last block any row of the tile sees
         auto row_of = [&](size_t k) { return int64_t(uses[k] & 0xffffffffu); };
-        auto keys_of = [&](int64_t i) {  // causal inside the local block
-          return int(std::min<int64_t>(B, run.first_pos + r0 + i + 1 - b * B));
+        auto keys_of = [&](int64_t i) {  // the unit's keys row i sees (causal inside its local block)
+          return int(std::min<int64_t>(ld, run.first_pos + r0 + i + 1 - b0 * B));
         };
-        // A run of consecutive rows that all see the whole block is one call per kernel with their
+        // A run of consecutive rows that all see the whole unit is one call per kernel with their
         // query heads stacked (q, m, l and acc rows are adjacent): the tiny preset's blocks hold
         // 2 heads x 16 keys per row, too little work for a call. Every output is still its own
         // chain in the same order, so the batching changes no bits.
-        auto attend_block = [&](auto kT, auto v) {
-          for (size_t k = u; k < end;) {
-            const int64_t i = row_of(k);
-            const int n_keys = keys_of(i);
-            size_t e = k + 1;
-            if (n_keys == B)
-              while (e < end && int64_t(e - k) < batch_rows && row_of(e) == row_of(e - 1) + 1 && keys_of(row_of(e)) == B) ++e;
-            for (size_t kk = k; kk < e; ++kk) {
-              const int64_t r = row_of(kk);
-              if (done[size_t(r)] > 0 && done[size_t(r)] % seg == 0) fold_row(r, acc.data() + r * per_row);  // a new segment
-              ++done[size_t(r)];
-            }
-            const int heads = int(e - k) * Hg;
-            float* o = acc.data() + i * per_row;
-            scores_of(q.data() + i * per_row, heads, hd, kT, B, n_keys, S.data(), B, next_k, next_k ? page : 0);
-            softmax_block_update(S.data(), heads, B, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-            values_of(S.data(), heads, B, n_keys, v, hd, o, next_v, next_v ? page : 0);
-            next_k = next_v = nullptr;  // requested once per tile
-            k = e;
+        for (size_t k = u; k < end;) {
+          const int64_t i = row_of(k);
+          const int n_keys = keys_of(i), blocks = (n_keys + B - 1) / B;
+          size_t e = k + 1;
+          if (n_keys == ld)
+            while (e < end && int64_t(e - k) < batch_rows && row_of(e) == row_of(e - 1) + 1 && keys_of(row_of(e)) == ld) ++e;
+          for (size_t kk = k; kk < e; ++kk) {
+            const int64_t r = row_of(kk);
+            if (done[size_t(r)] > 0 && done[size_t(r)] % seg == 0) fold_row(r, acc.data() + r * per_row);  // a new segment
+            done[size_t(r)] += (keys_of(r) + B - 1) / B;
           }
-        };
-        with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), attend_block);
+          // The next unit's j-th page, requested by this unit's first batch only.
+          auto next_page = [&](int j, bool values) -> const void* {
+            const int64_t nb = next_unit_block + j;
+            if (k != u || next_unit_block < 0 || nb > last_block) return nullptr;
+            return values ? cache.v_block(layer, nb, g).data : cache.k_block_t(layer, nb, g).data;
+          };
+          const int heads = int(e - k) * Hg;
+          float* o = acc.data() + i * per_row;
+          // kT, v: float, uint16_t (bf16) or Fp8Page pages; the kernels widen them on load.
+          for (int j = 0; j < blocks; ++j) {
+            const void* pf = next_page(j, false);
+            with_pages(cache.k_block_t(layer, b0 + j, g), cache.v_block(layer, b0 + j, g), [&](auto kT, auto) {
+              scores_of(q.data() + i * per_row, heads, hd, kT, B, std::min(B, n_keys - j * B), S.data() + j * B, ld, pf,
+                        pf ? page : 0);
+            });
+          }
+          softmax_block_update(S.data(), heads, ld, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
+          for (int j = 0; j < blocks; ++j) {
+            const void* pf = next_page(j, true);
+            with_pages(cache.k_block_t(layer, b0 + j, g), cache.v_block(layer, b0 + j, g), [&](auto, auto v) {
+              values_of(S.data() + j * B, heads, ld, std::min(B, n_keys - j * B), v, hd, o, pf, pf ? page : 0);
+            });
+          }
+          k = e;
+        }
         u = end;
       }
       for (int64_t i = 0; i < nr; ++i) {
