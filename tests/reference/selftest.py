@@ -343,6 +343,23 @@ def bf16_cache_rounding():
 
 
 @test
+def e4m3_rounding_and_its_flip():
+    """round_to_e4m3: nearest (ties to even) on the 3-bit-mantissa grid; with flip_near, values within
+    that relative distance of a midpoint take the other neighbour and every other value is unchanged."""
+    # 1.0625 is the midpoint of 1.0 and 1.125 (ties to even: 1.0); 1.0625 + 2^-30 lies 2^-27 (relative
+    # ~1e-8) above it; 1.07 is far from any midpoint; 2^-9 is the smallest subnormal.
+    x = np.array([1.0625, 1.0625 + 2.0 ** -30, 1.07, -1.0625 + 2.0 ** -30, 3 * 2.0 ** -10, 500.0])
+    assert list(R.round_to_e4m3(x)) == [1.0, 1.125, 1.125, -1.0, 2.0 ** -8, 448.0], R.round_to_e4m3(x)
+    flipped = R.round_to_e4m3(x, flip_near=1e-6)
+    assert list(flipped) == [1.125, 1.0, 1.125, -1.125, 2.0 ** -9, 448.0], flipped
+    y = np.random.default_rng(5).standard_normal(10000)
+    a, b = R.round_to_e4m3(y), R.round_to_e4m3(y, flip_near=1e-6)
+    moved = a != b
+    q = np.abs(y) / 2.0 ** (np.maximum(np.floor(np.log2(np.abs(y))), -6.0) - 3)
+    assert (np.abs(q[moved] - np.floor(q[moved]) - 0.5) <= 1e-6 * q[moved]).all()  # only near-midpoint values move
+
+
+@test
 def rms_norm_known_values():
     x = np.array([[3.0, 4.0]])
     y = R.rms_norm(x, np.array([0.0, 1.0]), eps=0.0)
