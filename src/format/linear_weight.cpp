@@ -12,6 +12,13 @@ const uint8_t* LinearWeight::side_row(int i, int64_t r) const {
   return side[i] + r * per_row * int64_t(dtype_size(s.dtype));
 }
 
+uint64_t LinearWeight::stored_bytes() const {
+  uint64_t bytes = uint64_t(rows * row_bytes());
+  for (const SideTensorSpec& s : format->side)
+    bytes += uint64_t(rows * (cols / format->block_cols) * s.per_block) * dtype_size(s.dtype);
+  return bytes;
+}
+
 float LinearWeight::at(int64_t r, int64_t c) const {
   if (format->dense()) {
     const uint8_t* p = row_ptr(r);

@@ -21,6 +21,8 @@ struct LinearWeight {
   DType element() const { return format->element; }
   int64_t row_bytes() const { return format->row_bytes(cols); }
   const uint8_t* row_ptr(int64_t r) const { return data + r * row_bytes(); }
+  // Bytes stored for the weight: the main tensor and its side tensors (block scales, biases).
+  uint64_t stored_bytes() const;
   // Row r of side tensor i (format->side[i]).
   const uint8_t* side_row(int i, int64_t r) const;
   void row_to_f32(int64_t r, float* out) const { format->dequantize_row(*this, r, out); }

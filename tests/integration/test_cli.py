@@ -86,6 +86,16 @@ check("bench -o json: one document with the run's CPU path, bounds and rows",
       doc["run"]["cpu_path"] in ("avx512", "avx2", "neon", "sve", "generic") and doc["run"]["fma_peak_gflops"] > 0
       and doc["run"]["read_bandwidth_gbs"] > 0 and [r["test"] for r in doc["tables"][0]["rows"]] == ["pp16", "tg4"],
       json.dumps(doc)[:400])
+# ... each row read against the bounds: pp in GFLOP/s of the FMA peak, tg also in bytes read per
+# second of the bandwidth; a decode step reads at most every tensor of the checkpoint once (plus
+# its few cache bytes at depth 0), and more than lm_head alone.
+pp, tg = doc["tables"][0]["rows"]
+tg_bytes_per_token = tg["gbs"] * 1e9 / tg["tps"]
+tiny_bytes = os.path.getsize(os.path.join(tiny, "model.safetensors"))
+check("bench: pp and tg rows in GFLOP/s and % of the FMA peak, tg in GB/s and % of bandwidth",
+      pp["gflops"] > 0 and 0 < pp["fma_peak_pct"] and pp["gbs"] == "-" and tg["gflops"] > 0
+      and 0 < tg["bandwidth_pct"] and 0.05 * tiny_bytes < tg_bytes_per_token < 1.01 * tiny_bytes,
+      json.dumps(doc["tables"][0])[:600])
 ac = run("bench", "attention", "--shapes", "tiny", "--contexts", "256", "-r", "1", "--skip-bounds", "-o", "csv").stdout
 ac_lines = [l for l in ac.splitlines() if l and not l.startswith("#")]
 check("bench attention -o csv: facts as comments, one header and one row per depth",

@@ -4,6 +4,7 @@
 // sequence, so every depth is a prefix of the next: one cache is cut back and filled on from the
 // previous depth (cutting a cache is exact), instead of prefilling each depth from zero.
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <memory>
 
@@ -13,6 +14,9 @@
 #include "cache_type.h"
 #include "commands.h"
 #include "usage.h"
+#include "io/model_config.h"
+#include "io/model_work.h"
+#include "io/safetensors.h"
 #include "m3/batch.h"
 #include "m3/engine.h"
 #include "m3/prompt.h"
@@ -87,11 +91,27 @@ void register_bench(CLI::App& app) {
     const BenchClock clock{a->clock == "cpu", threads};
     const int V = engine->info().sample_vocab;
     auto token_at = [&](long long i) { return int32_t((i * 7919 + 13) % V); };  // arbitrary but fixed text
+    // The work each test does (io/model_work.h), to read its speed against the bounds.
+    const ModelConfig cfg = ModelConfig::from_file((std::filesystem::path(a->model) / "config.json").string());
+    const LinearSizes linears = linear_sizes(TensorStore::open_dir(a->model), cfg);
+    const DType cache_type = cache_type_of(a->cache_type);
     BenchReport report(a->json ? ReportFormat::Jsonl : report_format_of(a->output));
-    report.machine_facts(threads, a->skip_bounds ? MachineBounds{} : measure_machine_bounds(threads, clock));
+    const MachineBounds bounds = a->skip_bounds ? MachineBounds{} : measure_machine_bounds(threads, clock);
+    report.machine_facts(threads, bounds);
     report.fact("clock", a->clock);
     report.table("Whole model: pp = prefill of p tokens at depth d, tg = n decode steps at depth d",
-                 {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"}});
+                 {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"},
+                  {"gflops", "GFLOP/s"}, {"fma_peak_pct", "% FMA peak"}, {"gbs", "GB/s read"}, {"bandwidth_pct", "% bandwidth"}});
+    // Rate of `work` done in `seconds`, and its share of the measured bound ("-" when not measured).
+    // GB/s only for decode: a prefill chunk's rows share the keys they read, so its traffic is not
+    // the sum of theirs (and it is bound by arithmetic, not by bytes).
+    auto rates = [&](const ForwardWork& work, double seconds, bool with_bytes) {
+      const double gflops = work.flops() / seconds * 1e-9, gbs = work.bytes() / seconds * 1e-9;
+      auto share = [](double x, double bound) { return bound > 0 ? Cell(100 * x / bound, "%.0f") : Cell("-"); };
+      std::vector<Cell> cells{Cell(gflops, "%.1f"), share(gflops, bounds.fma_peak_gflops), Cell("-"), Cell("-")};
+      if (with_bytes) cells[2] = Cell(gbs, "%.1f"), cells[3] = share(gbs, bounds.read_bandwidth_gbs);
+      return cells;
+    };
     // One sequence at a time; the prefix cache keeps the filled depth between runs (a run that
     // starts with the same tokens reuses them, and ending it keeps only the depth).
     BatchOptions bo;
@@ -152,9 +172,21 @@ void register_bench(CLI::App& app) {
       }, clock);
       const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
       const double pp_sd = pp_tps * pp.stddev / pp.mean, tg_sd = tg_tps * tg.stddev / tg.mean;
-      report.row({a->model, threads, a->cache_type, "pp" + std::to_string(a->p), d, Cell(pp_tps, "%.2f"), Cell(pp_sd, "%.2f")});
-      report.row({a->model, threads, a->cache_type, "tg" + std::to_string(a->n), d, Cell(tg_tps, "%.2f"), Cell(tg_sd, "%.2f")});
+      const ForwardWork pp_work = forward_work(cfg, linears, uint64_t(d), uint64_t(a->p), cache_type);
+      ForwardWork tg_work;
+      for (int i = 0; i < a->n; ++i) tg_work += forward_work(cfg, linears, uint64_t(d + i), 1, cache_type);
+      auto row = [&](const std::string& test, double tps, double sd, const ForwardWork& work, double seconds, bool decode) {
+        std::vector<Cell> cells{a->model, threads, a->cache_type, test, d, Cell(tps, "%.2f"), Cell(sd, "%.2f")};
+        for (Cell& c : rates(work, seconds, decode)) cells.push_back(std::move(c));
+        report.row(std::move(cells));
+      };
+      row("pp" + std::to_string(a->p), pp_tps, pp_sd, pp_work, pp.mean, false);
+      row("tg" + std::to_string(a->n), tg_tps, tg_sd, tg_work, tg.mean, true);
     }
+    report.note("GFLOP/s and GB/s: the work the test does by the model's shapes (linears with the top-k experts, "
+                "attention over the keys each query sees, MSA index scores; weights in their stored formats, each "
+                "distinct expert once per step, and the cache each step reads), over its time. Against the FMA peak "
+                "and read bandwidth measured above: pp is bound by the first, tg by the second (GB/s for tg only).");
     report.finish();
   });
 }

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "usage.h"
 #include "io/model_config.h"
+#include "io/model_work.h"
 #include "io/safetensors.h"
 #include "io/tensor_schema.h"
 #include "io/weight_binding.h"
@@ -81,25 +82,6 @@ std::string layer_pattern(const TextConfig& t) {
   return out;
 }
 
-// Keys the query at position p attends in an MSA layer (spec §4.4): every earlier key while at
-// most topk blocks are visible, else topk-1 full ranked blocks plus its own (partial) block.
-uint64_t msa_keys(uint64_t p, uint64_t block, uint64_t topk) {
-  uint64_t visible_blocks = p / block + 1;
-  if (visible_blocks <= topk) return p + 1;
-  return (topk - 1) * block + (p % block + 1);
-}
-
-// Sum of msa_keys(p) over p < n, one block at a time (n can be 1M+).
-uint64_t msa_pairs(uint64_t n, uint64_t block, uint64_t topk) {
-  uint64_t sum = 0;
-  for (uint64_t start = 0; start < n; start += block) {
-    uint64_t len = std::min(block, n - start);  // queries in this block
-    uint64_t base = (start / block + 1 <= topk) ? start : (topk - 1) * block;
-    sum += len * base + len * (len + 1) / 2;
-  }
-  return sum;
-}
-
 // Weights per format: how many linears, how many weights, and the bytes stored for them (side
 // tensors included), as the loader binds them.
 struct FormatTally {
@@ -137,11 +119,8 @@ void print_checkpoint(const std::string& dir, const ModelConfig& cfg, const Mode
     FormatTally& t = by_format[w.format->name];
     ++t.linears;
     t.weights += uint64_t(w.rows * w.cols);
-    t.bytes += uint64_t(w.rows * w.row_bytes());
-    for (const SideTensorSpec& s : w.format->side) {
-      ++side;
-      t.bytes += uint64_t(w.rows * (w.cols / w.format->block_cols) * s.per_block) * dtype_size(s.dtype);
-    }
+    t.bytes += w.stored_bytes();
+    side += w.format->side.size();
   }
   std::map<std::string, uint64_t> by_dtype;
   for (const std::string& name : store.names()) ++by_dtype[std::string(dtype_name(store.get(name).dtype))];
@@ -277,7 +256,6 @@ void run_inspect(const InspectArgs& a) {
   const uint64_t kv_token = n.kv_bytes_per_token / 2 * elem + (fp8 ? 2ull * t.num_hidden_layers * t.num_key_value_heads : 0);
   const uint64_t ik_token = n.index_k_bytes_per_token / 2 * elem + (fp8 ? uint64_t(msa_layers) : 0);
   const uint64_t ctx = context_arg > 0 ? uint64_t(context_arg) : uint64_t(t.max_position_embeddings);
-  const uint64_t layer_kv = 2ull * t.num_key_value_heads * t.head_dim * 2;  // K + V, bf16, one layer
   const char* per_vector = fp8 ? " + a scale byte each" : "";
   std::printf("\ncache per token KV %s bytes (%d layers x K,V x %d heads x %d x %s%s) + index K %s bytes "
               "(%d MSA layers x %d x %s%s) = %s bytes (--cache-type %s)\n",
@@ -328,16 +306,13 @@ void run_inspect(const InspectArgs& a) {
     std::printf("  prefill of N  %s query-key pairs per MSA layer and head vs %s dense causal (%s)\n",
                 commas(sparse_pairs).c_str(), commas(dense_pairs).c_str(),
                 percent(double(sparse_pairs), double(dense_pairs)).c_str());
-    // One decode step at depth N: dense layers read all of K/V; MSA layers scan every index key
-    // and then read only the selected keys' K/V (each KV group its own blocks, same count).
-    const uint64_t dense_layers = uint64_t(t.num_hidden_layers - msa_layers);
-    const uint64_t msa_read = dense_layers * ctx * layer_kv +
-                              uint64_t(msa_layers) * (ctx * uint64_t(s.sparse_index_dim) * 2 + keys * layer_kv);
-    const uint64_t all_dense_read = uint64_t(t.num_hidden_layers) * ctx * layer_kv;
+    // One decode step at depth N (io/model_work.h): dense layers read all of K/V; MSA layers scan
+    // every index key and then read only the selected keys' K/V (each KV group its own blocks).
+    const double msa_read = forward_work(cfg, linear_sizes(cfg), ctx - 1, 1, cache_type).cache_bytes;
+    const double all_dense_read = double(kv_token) * double(ctx);
     std::printf("  decode at N   cache read per token %s (index K scan + selected K/V) vs %s if every layer "
                 "were dense (%s)\n",
-                gib(double(msa_read)).c_str(), gib(double(all_dense_read)).c_str(),
-                percent(double(msa_read), double(all_dense_read)).c_str());
+                gib(msa_read).c_str(), gib(all_dense_read).c_str(), percent(msa_read, all_dense_read).c_str());
   }
 
   if (is_dir) print_checkpoint(path, cfg, n);
