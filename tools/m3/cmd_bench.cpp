@@ -3,6 +3,7 @@
 // at depth d (the cache is cut back to d between repetitions). The fill text is one fixed token
 // sequence, so every depth is a prefix of the next: one cache is cut back and filled on from the
 // previous depth (cutting a cache is exact), instead of prefilling each depth from zero.
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
@@ -150,10 +151,22 @@ void register_bench(CLI::App& app) {
       tg_prompt.append_tokens(ids);
       if (d > 0) {  // fill the cache to depth d (from the previous depth, which is a prefix of it)
         const double t0 = seconds_now();
+        ForwardWork work;         // of the chunks prefilled so far, read against the FMA peak
+        int64_t counted = 0;      // tokens in `work`
         const Batch::Id id = run(fill, a->chunk, [&](int64_t done, int64_t total) {
           const double s = seconds_now() - t0;
-          std::fprintf(stderr, "\rfilling depth %lld: %lld/%lld tokens, %.0f tok/s, ETA %.0f s   ", d,
-                       (long long)(d - total + done), (long long)d, done / s, (total - done) / std::max(done / s, 1e-9));
+          const int64_t start = d - total;
+          while (counted < done) {  // the step just taken: chunks of at most a->chunk rows
+            const int64_t rows = std::min<int64_t>(a->chunk, done - counted);
+            work += forward_work(cfg, linears, uint64_t(start + counted), uint64_t(rows), cache_type);
+            counted += rows;
+          }
+          const double gflops = work.flops() / s * 1e-9;
+          const std::string of_peak =
+              bounds.fma_peak_gflops > 0 ? str_cat(" (", std::lround(100 * gflops / bounds.fma_peak_gflops), "% of the FMA peak)") : "";
+          std::fprintf(stderr, "\rfilling depth %lld: %lld/%lld tokens, %.0f tok/s, %.0f GFLOP/s%s, ETA %.0f s   ", d,
+                       (long long)(start + done), (long long)d, done / s, gflops, of_peak.c_str(),
+                       (total - done) / std::max(done / s, 1e-9));
         });
         std::fprintf(stderr, "\n");
         keep_depth(id, fill, d);
