@@ -11,6 +11,7 @@
 
 #include "m3/error.h"
 #include "fixtures/random_checkpoint.h"
+#include "fixtures/small_config.h"
 #include "io/model_config.h"
 
 namespace m3 {
@@ -173,35 +174,8 @@ TEST(ModelConfig, MlxQuantizationBlockParsesWithOverrides) {
 }
 
 TEST(ModelConfig, RoundTripOfASmallTextOnlyConfigBuiltInCode) {
-  ModelConfig a;
-  a.source = "small.json";
-  a.model_type = "minimax_m3_vl";
+  ModelConfig a = small_text_config();
   TextConfig& t = a.text;
-  t.hidden_size = 64;
-  t.num_hidden_layers = 3;
-  t.num_attention_heads = 4;
-  t.num_key_value_heads = 2;
-  t.head_dim = 16;
-  t.rotary_dim = 6;  // 6/16 = 0.375: exact, so partial_rotary_factor is written too
-  t.vocab_size = 300;
-  t.max_position_embeddings = 4096;
-  t.rope_theta = 5e6;
-  t.dense_intermediate_size = 96;
-  t.intermediate_size = 32;
-  t.shared_intermediate_size = 32;
-  t.n_shared_experts = 1;
-  t.num_local_experts = 4;
-  t.num_experts_per_tok = 2;
-  t.swiglu_beta = 0.5;
-  t.bos_token_id = 1;
-  t.moe_layer_freq = {0, 1, 1};
-  t.sparse.use_sparse_attention = true;
-  t.sparse.sparse_num_index_heads = 2;
-  t.sparse.sparse_index_dim = 16;
-  t.sparse.sparse_block_size = 4;
-  t.sparse.sparse_attention_freq = {0, 1, 1};
-  t.sparse.sparse_disable_index_value = {0, 1, 1};
-  a.validate();
   ModelConfig b = ModelConfig::from_json_text(a.to_json_text(), "small.json");
   EXPECT_EQ(a, b);
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "fixtures/random_checkpoint.h"
+#include "fixtures/small_config.h"
 #include "io/model_config.h"
 #include "io/model_work.h"
 #include "io/safetensors.h"
@@ -16,35 +17,10 @@
 namespace m3 {
 namespace {
 
-// A small MSA + MoE model: layer 0 dense, layers 1-2 MSA with blocks of 4 and top-3.
+// fixtures/small_config.h with MSA selecting the top 3 blocks of 4 keys.
 ModelConfig small_config() {
-  ModelConfig a;
-  a.source = "small.json";
-  a.model_type = "minimax_m3_vl";
-  TextConfig& t = a.text;
-  t.hidden_size = 64;
-  t.num_hidden_layers = 3;
-  t.num_attention_heads = 4;
-  t.num_key_value_heads = 2;
-  t.head_dim = 16;
-  t.rotary_dim = 8;
-  t.vocab_size = 300;
-  t.max_position_embeddings = 4096;
-  t.dense_intermediate_size = 96;
-  t.intermediate_size = 32;
-  t.shared_intermediate_size = 32;
-  t.n_shared_experts = 1;
-  t.num_local_experts = 4;
-  t.num_experts_per_tok = 2;
-  t.bos_token_id = 1;
-  t.moe_layer_freq = {0, 1, 1};
-  t.sparse.use_sparse_attention = true;
-  t.sparse.sparse_num_index_heads = 2;
-  t.sparse.sparse_index_dim = 16;
-  t.sparse.sparse_block_size = 4;
-  t.sparse.sparse_topk_blocks = 3;
-  t.sparse.sparse_attention_freq = {0, 1, 1};
-  t.sparse.sparse_disable_index_value = {0, 1, 1};
+  ModelConfig a = small_text_config();
+  a.text.sparse.sparse_topk_blocks = 3;
   a.validate();
   return a;
 }
