@@ -101,6 +101,16 @@ ac_lines = [l for l in ac.splitlines() if l and not l.startswith("#")]
 check("bench attention -o csv: facts as comments, one header and one row per depth",
       any(l.startswith("# attention_kernels,") for l in ac.splitlines()) and ac_lines[0].startswith("n,msa_chunk_ms,")
       and len(ac_lines) == 2 and ac_lines[1].startswith("256,"), ac)
+# --head-dims: the shape again at each head size (attention and index), one table each.
+hd = json.loads(run("bench", "attention", "--shapes", "tiny", "--head-dims", "80,33", "--contexts", "256", "-r", "1",
+                    "--skip-bounds", "-o", "json").stdout)
+check("bench attention --head-dims: one table per head size, named in its title",
+      [("head_dim 80, index 2x80" in t["title"], "head_dim 33, index 2x33" in t["title"]) for t in hd["tables"]]
+      == [(True, False), (False, True)] and all(t["rows"][0]["sparse_attn_gflops"] > 0 for t in hd["tables"]),
+      json.dumps(hd)[:600])
+bad_hd = run("bench", "attention", "--head-dims", "0", ok=False)
+check("bench attention --head-dims rejects a zero size", bad_hd.returncode != 0 and "--head-dims" in bad_hd.stderr,
+      bad_hd.stderr)
 mj = [json.loads(l) for l in run("bench", "matmul", "-m", "1,4", "-s", "64x96", "-r", "1", "--bandwidth-mib", "8",
                                  "--stream-mib", "0", "-o", "jsonl").stdout.splitlines()]
 check("bench matmul -o jsonl: one object per row, with the kernels' path",

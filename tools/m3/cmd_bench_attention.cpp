@@ -83,7 +83,7 @@ struct Point {
 void register_bench_attention(CLI::App* bench) {
   struct Args {
     std::string cache_type = kDefaultCacheType, clock = "wall", output = "md";
-    std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576";
+    std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576", head_dims;
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;
     bool skip_bounds = false;
@@ -92,6 +92,9 @@ void register_bench_attention(CLI::App* bench) {
   CLI::App* cmd = bench->add_subcommand("attention", "One attention layer: MSA vs dense at growing context");
   cmd->add_option("--shapes", a->shapes, "Comma-separated: m3, m3-group, small, tiny")->capture_default_str();
   cmd->add_option("--contexts", a->contexts, "Context depths N")->capture_default_str();
+  cmd->add_option("--head-dims", a->head_dims,
+                  "Comma-separated head sizes (attention and index) to run each shape at, e.g. 32,64,80,96,128,256 "
+                  "(default: each shape's own)");
   cmd->add_option("--chunk", a->chunk, "Prefill chunk rows")->capture_default_str()->check(Positive());
   cmd->add_option("--dense-max", a->dense_max, "Largest N at which dense is measured (beyond: extrapolated linearly)")
       ->capture_default_str();
@@ -120,12 +123,22 @@ void register_bench_attention(CLI::App* bench) {
     report.fact("cache", a->cache_type);
     report.fact("clock", a->clock);
 
-    size_t start = 0;
-    while (start <= a->shapes.size()) {
+    std::vector<AttnShape> shapes;
+    const std::vector<long long> head_dims =
+        a->head_dims.empty() ? std::vector<long long>{0} : parse_int_list(a->head_dims, "--head-dims");
+    for (size_t start = 0; start <= a->shapes.size();) {
       size_t end = a->shapes.find(',', start);
       if (end == std::string::npos) end = a->shapes.size();
-      const AttnShape s = shape_named(a->shapes.substr(start, end - start));
+      const AttnShape named = shape_named(a->shapes.substr(start, end - start));
       start = end + 1;
+      for (long long d : head_dims) {
+        M3_CHECK(a->head_dims.empty() || (d >= 1 && d <= 1024), "--head-dims: expected sizes from 1 to 1024, got ", d);
+        AttnShape s = named;
+        if (d > 0) s.head_dim = s.index_dim = int(d);
+        shapes.push_back(s);
+      }
+    }
+    for (const AttnShape& s : shapes) {
       const int C = a->chunk, G = s.kv_heads;
       char title[256];
       std::snprintf(title, sizeof title,
