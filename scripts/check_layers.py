@@ -51,6 +51,8 @@ FRONT_ENDS = {"server": set(), "m3": {"server"}}
 # src/server uses include/m3/ alone.
 BELOW_THE_API = {
     "tools/m3/bench_report.cpp": "names the CPU paths the attention and matmul kernels run on, in every bench report",
+    "tools/m3/cmd_bench.cpp": "counts each test's work from the config and the stored formats (io/model_work.h), "
+                              "to read the whole model's speed against the machine's bounds",
     "tools/m3/cmd_bench_attention.cpp": "times the attention kernels themselves against the machine's bounds",
     "tools/m3/cmd_bench_matmul.cpp": "times the matmul kernels themselves against the machine's bounds",
     "tools/m3/cmd_bench_gemm_libs.cpp": "times the matmul kernels side by side with OpenBLAS and oneDNN",
