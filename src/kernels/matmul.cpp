@@ -389,7 +389,10 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
   // From then on, widening each weight chunk once into an fp32 panel pays for itself.
   p.blocked = rows >= 32;
   // While all of x fits in L2 with room to spare, each weight row is streamed once, front to back.
-  p.weights_outer = rows * round_up(K, kBlock) * int64_t(sizeof(float)) <= (512 << 10);
+  // Room to spare is a quarter of a 1 MiB L2, as for the x blocks below: with x up to half of it
+  // (256 rows at K = 512), the AVX2 panel tiles, which read each x tile twice (two 8-lane halves),
+  // ran 12% slower on Zen 4 than through the blocked loop (docs/BENCHMARKS.md §0m).
+  p.weights_outer = rows * round_up(K, kBlock) * int64_t(sizeof(float)) <= (256 << 10);
   p.kc_blocks = 32;  // 1024 of K: a 6-row fp32 panel is 24 KiB (L1), a 64-row x block 256 KiB (L2)
   p.mc = 64;
   p.nc = 48;
