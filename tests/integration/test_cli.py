@@ -93,7 +93,7 @@ pp, tg = doc["tables"][0]["rows"]
 tg_bytes_per_token = tg["gbs"] * 1e9 / tg["tps"]
 tiny_bytes = os.path.getsize(os.path.join(tiny, "model.safetensors"))
 check("bench: pp and tg rows in GFLOP/s and % of the FMA peak, tg in GB/s and % of bandwidth",
-      pp["gflops"] > 0 and 0 < pp["fma_peak_pct"] and pp["gbs"] == "-" and tg["gflops"] > 0
+      pp["gflops"] > 0 and 0 < pp["fma_peak_pct"] and pp["gbs"] == "–" and tg["gflops"] > 0
       and 0 < tg["bandwidth_pct"] and 0.05 * tiny_bytes < tg_bytes_per_token < 1.01 * tiny_bytes,
       json.dumps(doc["tables"][0])[:600])
 ac = run("bench", "attention", "--shapes", "tiny", "--contexts", "256", "-r", "1", "--skip-bounds", "-o", "csv").stdout

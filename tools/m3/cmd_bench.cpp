@@ -103,13 +103,13 @@ void register_bench(CLI::App& app) {
     report.table("Whole model: pp = prefill of p tokens at depth d, tg = n decode steps at depth d",
                  {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"},
                   {"gflops", "GFLOP/s"}, {"fma_peak_pct", "% FMA peak"}, {"gbs", "GB/s read"}, {"bandwidth_pct", "% bandwidth"}});
-    // Rate of `work` done in `seconds`, and its share of the measured bound ("-" when not measured).
+    // Rate of `work` done in `seconds`, and its share of the measured bound ("–" when not measured).
     // GB/s only for decode: a prefill chunk's rows share the keys they read, so its traffic is not
     // the sum of theirs (and it is bound by arithmetic, not by bytes).
     auto rates = [&](const ForwardWork& work, double seconds, bool with_bytes) {
       const double gflops = work.flops() / seconds * 1e-9, gbs = work.bytes() / seconds * 1e-9;
-      auto share = [](double x, double bound) { return bound > 0 ? Cell(100 * x / bound, "%.0f") : Cell("-"); };
-      std::vector<Cell> cells{Cell(gflops, "%.1f"), share(gflops, bounds.fma_peak_gflops), Cell("-"), Cell("-")};
+      auto share = [](double x, double bound) { return bound > 0 ? Cell(100 * x / bound, "%.0f") : Cell("–"); };
+      std::vector<Cell> cells{Cell(gflops, "%.1f"), share(gflops, bounds.fma_peak_gflops), Cell("–"), Cell("–")};
       if (with_bytes) cells[2] = Cell(gbs, "%.1f"), cells[3] = share(gbs, bounds.read_bandwidth_gbs);
       return cells;
     };
