@@ -6,10 +6,9 @@
 
 namespace m3 {
 
-const uint8_t* LinearWeight::side_row(int i, int64_t r) const {
+int64_t LinearWeight::side_row_bytes(int i) const {
   const SideTensorSpec& s = format->side[size_t(i)];
-  const int64_t per_row = cols / format->block_cols * s.per_block;
-  return side[i] + r * per_row * int64_t(dtype_size(s.dtype));
+  return cols / format->block_cols * s.per_block * int64_t(dtype_size(s.dtype));
 }
 
 uint64_t LinearWeight::stored_bytes() const {

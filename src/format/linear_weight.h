@@ -23,8 +23,9 @@ struct LinearWeight {
   const uint8_t* row_ptr(int64_t r) const { return data + r * row_bytes(); }
   // Bytes stored for the weight: the main tensor and its side tensors (block scales, biases).
   uint64_t stored_bytes() const;
-  // Row r of side tensor i (format->side[i]).
-  const uint8_t* side_row(int i, int64_t r) const;
+  // Row r of side tensor i (format->side[i]), and the bytes from one of its rows to the next.
+  const uint8_t* side_row(int i, int64_t r) const { return side[i] + r * side_row_bytes(i); }
+  int64_t side_row_bytes(int i) const;
   void row_to_f32(int64_t r, float* out) const { format->dequantize_row(*this, r, out); }
   float at(int64_t r, int64_t c) const;  // one element (blocked formats dequantize its row: tests only)
 };

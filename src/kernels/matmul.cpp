@@ -244,7 +244,6 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
   const int64_t KB = (K + kBlock - 1) / kBlock, K32 = KB * kBlock;
   const int64_t row_bytes = w.row_bytes();
   const int mr = tile_rows(kern, plan, mrows);
-  const bool pairs = pair_lane_order(*w.format);
   // The packed tile of x that starts at row m (a multiple of mr).
   auto x_tile = [&](int64_t m) { return xp + m * K32; };
   auto x_block_stride = [&](int64_t m) { return std::min<int64_t>(mr, mrows - m) * kBlock; };
@@ -299,18 +298,8 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
     const int64_t kb1 = std::min(kb0 + kcb, KB);
     if (w.format->dense()) {
       kern.widen_rows(w.element(), w.data + n * row_bytes, row_step * row_bytes, nt, K, kb0, kb1, panel);
-    } else if (plan.fill != nullptr) {  // a blocked format's SIMD dequantization
-      plan.fill(w, n, row_step, nt, kb0, kb1, panel);
-    } else {  // a blocked format's exact scalar dequantization, block by block into the panel
-      float block[kBlock];
-      for (int j = 0; j < nt; ++j)
-        for (int64_t kb = kb0; kb < kb1; ++kb) {
-          float* out = panel + ((kb - kb0) * nt + j) * kBlock;
-          const int64_t c1 = std::min<int64_t>((kb + 1) * kBlock, K);
-          w.format->dequantize_cols(w, n + j * row_step, kb * kBlock, c1, block);
-          std::fill(block + (c1 - kb * kBlock), block + kBlock, 0.0f);
-          for (int i = 0; i < kBlock; ++i) out[i] = block[pairs ? (i % kLanes) * 2 + i / kLanes : i];
-        }
+    } else {  // a blocked format's exact dequantization (SIMD, or the scalar code)
+      (plan.fill != nullptr ? plan.fill : &scalar_panel_fill)(w, n, row_step, nt, kb0, kb1, panel);
     }
     for (int64_t m = mc0, it = 0; m < mc1; m += pmr, ++it) {
       PanelArgs a;
@@ -369,6 +358,20 @@ void run_range(const TileKernels& kern, const MatmulPlan& plan, const float* xp,
 }
 
 }  // namespace
+
+void scalar_panel_fill(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                       float* panel) {
+  const bool pairs = pair_lane_order(*w.format);
+  float block[kBlock];
+  for (int j = 0; j < rows; ++j)
+    for (int64_t kb = kb0; kb < kb1; ++kb) {
+      float* out = panel + ((kb - kb0) * rows + j) * kBlock;
+      const int64_t c1 = std::min<int64_t>((kb + 1) * kBlock, w.cols);
+      w.format->dequantize_cols(w, n + j * row_step, kb * kBlock, c1, block);
+      std::fill(block + (c1 - kb * kBlock), block + kBlock, 0.0f);
+      for (int i = 0; i < kBlock; ++i) out[i] = block[pairs ? (i % kLanes) * 2 + i / kLanes : i];
+    }
+}
 
 bool pair_lane_order(const WeightFormat& format) {
   if (format.dense()) return format.element == DType::BF16;

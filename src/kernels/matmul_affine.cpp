@@ -31,19 +31,26 @@ struct RowPointers {
   const uint8_t* q[kMaxPanelRows];
   const uint16_t* scales[kMaxPanelRows];
   const uint16_t* biases[kMaxPanelRows];
+  // The strides are found once: each lookup divides, which at 8 lookups per tile and K = 1024
+  // took 5% of a 4-bit decode.
   RowPointers(const LinearWeight& w, int64_t n, int64_t row_step, int rows) {
     if (rows > kMaxPanelRows) std::abort();  // a planning bug
-    for (int j = 0; j < rows; ++j) {
-      q[j] = w.row_ptr(n + j * row_step);
-      scales[j] = reinterpret_cast<const uint16_t*>(w.side_row(0, n + j * row_step));
-      biases[j] = reinterpret_cast<const uint16_t*>(w.side_row(1, n + j * row_step));
+    const int64_t q_step = w.row_bytes() * row_step;
+    const int64_t scale_step = w.side_row_bytes(0) / 2 * row_step, bias_step = w.side_row_bytes(1) / 2 * row_step;
+    q[0] = w.row_ptr(n);
+    scales[0] = reinterpret_cast<const uint16_t*>(w.side_row(0, n));
+    biases[0] = reinterpret_cast<const uint16_t*>(w.side_row(1, n));
+    for (int j = 1; j < rows; ++j) {
+      q[j] = q[j - 1] + q_step;
+      scales[j] = scales[j - 1] + scale_step;
+      biases[j] = biases[j - 1] + bias_step;
     }
   }
 };
 
 // Block kb lies in group kb >> shift (groups are 1, 2 or 4 blocks): a shift, where a division per
 // block and row measurably slowed decode.
-inline int blocks_per_group_log2(const LinearWeight& w) { return __builtin_ctzll(uint64_t(w.format->block_cols / kBlock)); }
+inline int group_blocks_log2(const LinearWeight& w) { return __builtin_ctzll(uint64_t(w.format->block_cols / kBlock)); }
 
 // An 8-bit block's values as 32-bit integers in the sequential lane order (matmul_tile.h): bytes
 // 0-15 (pass 0) and 16-31 (pass 1) widened.
@@ -82,17 +89,20 @@ struct AffinePolicy {
     RowPointers p;
     int shift;
     Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr)
-        : p(w, n, row_step, nr), shift(blocks_per_group_log2(w)) {}
+        : p(w, n, row_step, nr), shift(group_blocks_log2(w)) {}
   };
-  // One prefetch per 64-byte line (a line holds 64 / kBlockBytes blocks).
-  static void prefetch(const Rows& r, int j, int64_t kb) {
+  // One prefetch per 64-byte line (a line holds 64 / kBlockBytes blocks). Always inlined: GCC
+  // found an out-of-line copy free of side effects (a prefetch is not one) and dropped every call,
+  // so until 2026-12-05 the affine tiles ran without prefetching (docs/BENCHMARKS.md §0n).
+  __attribute__((always_inline)) static void prefetch(const Rows& r, int j, int64_t kb) {
     if (kb % (64 / kBlockBytes) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
   }
-  // Each group's scale (a) and bias (b) as fp32, converted once per chunk: the widening broadcasts
-  // them from memory, a load, where converting them there took a move from an integer register and
-  // a broadcast shuffle per block and row (docs/BENCHMARKS.md §0i). Block kb of a chunk that starts
-  // at block kb0 has entry group_in_chunk(r, kb, kb0).
+  // Each group's scale (a) and bias (b) as fp32, converted once per chunk: the AVX-512 tiles put
+  // them in registers once per group (group512) and the AVX2 widening broadcasts them from memory,
+  // where converting them in the widening took a move from an integer register and a broadcast
+  // shuffle per block and row (docs/BENCHMARKS.md §0i). Block kb of a chunk that starts at block
+  // kb0 has entry group_in_chunk(r, kb, kb0).
   static int group_in_chunk(const Rows& r, int64_t kb, int64_t kb0) { return int((kb >> r.shift) - (kb0 >> r.shift)); }
   static void params(const Rows& r, int j, int64_t kb0, int nb, blocked::BlockParams& p) {
     const int64_t g0 = kb0 >> r.shift;
@@ -102,27 +112,36 @@ struct AffinePolicy {
       p.b[k] = bf16_to_f32(r.p.biases[j][g0 + k]);
     }
   }
+  static int blocks_per_group_log2(const Rows& r) { return r.shift; }
+  // A group's scale and bias; for 4-bit, `table` holds the 16 values a weight can take, scale x q
+  // + bias for q = 0..15, which one permutation per pass looks up: it reads only the low 4 bits of
+  // each index lane, so the low nibbles need no mask, and the conversion and dequantizing
+  // multiply-add per value become one multiply-add per group and row (docs/BENCHMARKS.md §0i).
+  struct Group512 {
+    __m512 scale, bias, table;
+  };
+  M3_AVX512 static Group512 group512(const Rows& r, const blocked::BlockParams& p, int64_t kb, int i) {
+    const int g = group_in_chunk(r, kb, kb - i);  // a panel's chunk may start inside a group
+    Group512 v;
+    v.scale = _mm512_set1_ps(p.a[g]);
+    v.bias = _mm512_set1_ps(p.b[g]);
+    if constexpr (Bits == 4)
+      v.table = _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), v.scale, v.bias);
+    return v;
+  }
   template <bool Checked>
-  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
-                                 __m512& w1, __m512i&) {
-    const int g = group_in_chunk(r, kb, kb - i);
-    const __m512 s = _mm512_set1_ps(p.a[g]), b = _mm512_set1_ps(p.b[g]);
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, const Group512& g, int,
+                                 __m512& w0, __m512& w1, __m512i&) {
     const uint8_t* q = r.p.q[j] + kb * kBlockBytes;
     if constexpr (Bits == 4) {
-      // The 16 values a 4-bit weight can take, scale x q + bias for q = 0..15, then one
-      // permutation per pass looks them up: it reads only the low 4 bits of each index lane, so
-      // the low nibbles need no mask, and the conversion and dequantizing multiply-add per value
-      // become one multiply-add per block and row (docs/BENCHMARKS.md §0i).
-      const __m512 table = _mm512_fmadd_ps(
-          _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), s, b);
       const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
-      w0 = _mm512_permutexvar_ps(v, table);
-      w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), table);
+      w0 = _mm512_permutexvar_ps(v, g.table);
+      w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), g.table);
     } else {
       __m512i q0, q1;
       bytes_to_ints512(q, q0, q1);
-      w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), s, b);
-      w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), s, b);
+      w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), g.scale, g.bias);
+      w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), g.scale, g.bias);
     }
   }
   template <bool Checked>
@@ -171,7 +190,12 @@ PanelFill affine_panel_fill(CpuPath path, int bits) {
 #else
 
 namespace m3::matmul_detail {
-PanelFill affine_panel_fill(CpuPath, int) { return nullptr; }
+// Other architectures (NEON, SVE): the Highway fills.
+PanelFill affine_panel_fill(CpuPath path, int bits) {
+  const BlockedPanelFills* f = simd_blocked_panel_fills(path);
+  if (f == nullptr || (bits != 4 && bits != 8)) return nullptr;
+  return bits == 4 ? f->affine4 : f->affine8;
+}
 BlockedTile affine_direct_tile(CpuPath, int) { return nullptr; }
 }  // namespace m3::matmul_detail
 

@@ -12,11 +12,21 @@
 // memory: converting them in the inner loop cost a scalar-to-vector move and a broadcast shuffle
 // per block and row (docs/BENCHMARKS.md §0h, §0i).
 //
+// The AVX-512 tiles go group by group: a row's factors for a group of blocks (affine: 1, 2 or 4
+// blocks share a scale and a bias; MXFP8: each block has its own) are put in registers once per
+// group (Policy::group512) and kept for the group's blocks, where broadcasting them per block and
+// row cost 13-16% of an affine decode (docs/BENCHMARKS.md §0n).
+//
 // A Policy provides:
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
 //   static void params(const Rows&, int j, int64_t kb0, int nb, BlockParams&);  // blocks kb0 .. kb0+nb-1 of row j
-//   template <bool Checked> static void widen512(const Rows&, int j, int64_t kb, const BlockParams&, int i,
-//                                                __m512& pass0, __m512& pass1, __m512i& bad);
+//   static int blocks_per_group_log2(const Rows&);  // a direct tile's chunks of kParamBlocks hold whole groups
+//   struct Group512;  // a row's factors for one group, in registers
+//   static Group512 group512(const Rows&, const BlockParams&, int64_t kb, int i);  // block kb's group;
+//                                                                                   // i = kb - kb0
+//   template <bool Checked> static void widen512(const Rows&, int j, int64_t kb, const BlockParams&,
+//                                                const Group512&, int i, __m512& pass0, __m512& pass1,
+//                                                __m512i& bad);
 //   template <bool Checked> static void widen256(const Rows&, int j, int64_t kb, const BlockParams&, int i,
 //                                                __m256 (&v)[4], __m256i& bad);
 //       // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1. i = kb - kb0. The unchecked widening
@@ -59,26 +69,31 @@ M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t ro
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t KB = a.K / kBlock;  // blocked formats have whole blocks
+  const int group_blocks = 1 << Policy::blocks_per_group_log2(rows);
   __m512i bad = _mm512_setzero_si512();
   BlockParams p[NR];
   for (int64_t kb0 = 0; kb0 < KB; kb0 += kParamBlocks) {
     const int nb = int(std::min<int64_t>(kParamBlocks, KB - kb0));
     for (int j = 0; j < NR; ++j) Policy::params(rows, j, kb0, nb, p[j]);
-    for (int i = 0; i < nb; ++i) {
-      const int64_t kb = kb0 + i;
-      const float* x = a.x + kb * a.x_block_stride;
-      __m512 x0[MR], x1[MR];
-      for (int m = 0; m < MR; ++m) {
-        x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
-        x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
-      }
+    for (int i0 = 0; i0 < nb; i0 += group_blocks) {
+      typename Policy::Group512 g[NR];
+      for (int j = 0; j < NR; ++j) g[j] = Policy::group512(rows, p[j], kb0 + i0, i0);
+      for (int i = i0; i < i0 + group_blocks; ++i) {
+        const int64_t kb = kb0 + i;
+        const float* x = a.x + kb * a.x_block_stride;
+        __m512 x0[MR], x1[MR];
+        for (int m = 0; m < MR; ++m) {
+          x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
+          x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
+        }
 #pragma GCC unroll 8
-      for (int j = 0; j < NR; ++j) {
-        Policy::prefetch(rows, j, kb);
-        __m512 w0, w1;
-        Policy::template widen512<Checked>(rows, j, kb, p[j], i, w0, w1, bad);
+        for (int j = 0; j < NR; ++j) {
+          Policy::prefetch(rows, j, kb);
+          __m512 w0, w1;
+          Policy::template widen512<Checked>(rows, j, kb, p[j], g[j], i, w0, w1, bad);
 #pragma GCC unroll 4
-        for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+          for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+        }
       }
     }
   }
@@ -152,7 +167,7 @@ M3_BLOCKED_AVX512 void fill512(const LinearWeight& w, int64_t n, int64_t row_ste
         Policy::prefetch(r, j, kb);
         __m512 w0, w1;
         __m512i unused = _mm512_setzero_si512();
-        Policy::template widen512<true>(r, j, kb, p, i, w0, w1, unused);
+        Policy::template widen512<true>(r, j, kb, p, Policy::group512(r, p, kb, i), i, w0, w1, unused);
         float* out = panel + ((kb - kb0) * rows + j) * kBlock;
         _mm512_store_ps(out, w0);
         _mm512_store_ps(out + 16, w1);

@@ -35,13 +35,16 @@ namespace {
 constexpr int kPrefetchAhead = 512;  // bytes of E4M3 ahead in each row
 constexpr int kMaxPanelRows = 16;    // more than any path's panel_nr
 
-// The rows' E4M3 and scale bytes, found once per panel (each lookup divides).
+// The rows' E4M3 and scale bytes, found once per panel, and the strides once (a lookup divides).
 inline void row_pointers(const LinearWeight& w, int64_t n, int64_t row_step, int rows, const uint8_t** q,
                          const uint8_t** s) {
   if (rows > kMaxPanelRows) std::abort();  // a planning bug
-  for (int j = 0; j < rows; ++j) {
-    q[j] = w.row_ptr(n + j * row_step);
-    s[j] = w.side_row(0, n + j * row_step);
+  const int64_t q_step = w.row_bytes() * row_step, s_step = w.side_row_bytes(0) * row_step;
+  q[0] = w.row_ptr(n);
+  s[0] = w.side_row(0, n);
+  for (int j = 1; j < rows; ++j) {
+    q[j] = q[j - 1] + q_step;
+    s[j] = s[j - 1] + s_step;
   }
 }
 
@@ -94,12 +97,20 @@ M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)
   }
 }
 
+// 32 E4M3 bytes as two 16-byte halves: the integer work at 256 bits (half a zmm operation's cost on
+// cores that split 512-bit operations) and each half's F16 widened straight to a zmm, where one
+// 512-bit pass needed a cross-lane extract too (docs/BENCHMARKS.md §0n). The flags stay in the low
+// half of `nan`.
 M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi, __m512i& nan) {
-  const __m512i v = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  const __m512i h = _mm512_and_si512(_mm512_slli_epi16(v, 7), _mm512_set1_epi16(int16_t(kF16Bits)));
-  nan = _mm512_or_si512(nan, _mm512_add_epi16(h, _mm512_set1_epi16(kNanCarry)));
-  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
-  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  const __m256i c = _mm256_set1_epi16(int16_t(kF16Bits)), carry = _mm256_set1_epi16(kNanCarry);
+  const __m256i h0 = _mm256_and_si256(
+      _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7), c);
+  const __m256i h1 = _mm256_and_si256(
+      _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), 7), c);
+  const __m256i flags = _mm256_or_si256(_mm256_add_epi16(h0, carry), _mm256_add_epi16(h1, carry));
+  nan = _mm512_zextsi256_si512(_mm256_or_si256(_mm512_castsi512_si256(nan), flags));
+  lo = _mm512_cvtph_ps(h0);
+  hi = _mm512_cvtph_ps(h1);
 }
 
 // MXFP8 for the direct tiles and panel fills (matmul_blocked_tile.h).
@@ -145,10 +156,18 @@ struct Mxfp8Policy {
       p.rare |= bs.second != 1.0f;
     }
   }
+  // Every block has its own scale: a group is one block, its first factor broadcast.
+  static int blocks_per_group_log2(const Rows&) { return 0; }
+  struct Group512 {
+    __m512 first;
+  };
+  M3_AVX512 static Group512 group512(const Rows&, const blocked::BlockParams& p, int64_t, int i) {
+    return {_mm512_set1_ps(p.a[i])};
+  }
   // Checked: a block holding a NaN code takes the tables; unchecked: its codes are flagged in `bad`.
   template <bool Checked>
-  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m512& w0,
-                                 __m512& w1, __m512i& bad) {
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, const Group512& g,
+                                 int i, __m512& w0, __m512& w1, __m512i& bad) {
     const uint8_t* q = r.q[j] + kb * kBlock;
     if (Checked && has_nan_code(q)) {
       alignas(64) float buf[kBlock];
@@ -158,9 +177,8 @@ struct Mxfp8Policy {
       return;
     }
     e4m3x32(q, w0, w1, bad);
-    const __m512 s1 = _mm512_set1_ps(p.a[i]);
-    w0 = _mm512_mul_ps(w0, s1);
-    w1 = _mm512_mul_ps(w1, s1);
+    w0 = _mm512_mul_ps(w0, g.first);
+    w1 = _mm512_mul_ps(w1, g.first);
     if (p.rare && p.b[i] != 1.0f) {
       w0 = _mm512_mul_ps(w0, _mm512_set1_ps(p.b[i]));
       w1 = _mm512_mul_ps(w1, _mm512_set1_ps(p.b[i]));
@@ -213,7 +231,11 @@ PanelFill mxfp8_panel_fill(CpuPath path) {
 #else
 
 namespace m3::matmul_detail {
-PanelFill mxfp8_panel_fill(CpuPath) { return nullptr; }
+// Other architectures (NEON, SVE): the Highway fill.
+PanelFill mxfp8_panel_fill(CpuPath path) {
+  const BlockedPanelFills* f = simd_blocked_panel_fills(path);
+  return f != nullptr ? f->mxfp8 : nullptr;
+}
 BlockedTile mxfp8_direct_tile(CpuPath) { return nullptr; }
 }  // namespace m3::matmul_detail
 

@@ -107,12 +107,24 @@ const TileKernels& generic_tile_kernels();
 // dequantize_cols: one format's SIMD dequantization on one path.
 using PanelFill = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
                            float* panel);
-// MXFP8's panel fill on `path` (matmul_mxfp8.cpp); nullptr where it has none (the format's scalar
-// dequantize_cols is used).
+// The fill of any blocked format through its scalar dequantize_cols, block by block into the lane
+// order: the generic path's, and the reference the SIMD fills give the bits of.
+void scalar_panel_fill(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
+                       float* panel);
+// MXFP8's panel fill on `path` (matmul_mxfp8.cpp); nullptr where it has none (scalar_panel_fill is
+// used).
 PanelFill mxfp8_panel_fill(CpuPath path);
 // The affine formats' panel fill for `bits` (4 or 8) on `path` (matmul_affine.cpp); nullptr where
 // it has none.
 PanelFill affine_panel_fill(CpuPath path, int bits);
+
+// The blocked formats' panel fills from one Highway source (matmul_blocked_simd.cpp), the same
+// values as the hand-written ones; mxfp8_panel_fill and affine_panel_fill hand them to NEON and
+// SVE. nullptr for a path the build has no Highway copy for.
+struct BlockedPanelFills {
+  PanelFill mxfp8, affine4, affine8;
+};
+const BlockedPanelFills* simd_blocked_panel_fills(CpuPath path);
 
 // A direct tile of a blocked format (matmul_blocked_tile.h): TileKernels::run for the weight rows
 // n, n + row_step, ... (nr of them) of w, each 32-block widened in registers to the values its

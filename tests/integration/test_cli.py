@@ -120,6 +120,16 @@ ms = [json.loads(l) for l in run("bench", "matmul", "-m", "1", "-s", "64x96", "-
 check("bench matmul --skip-bounds: the rows without a bound, and no bandwidth or peak in the facts",
       len(ms) == 1 and ms[0]["gflops"] > 0 and ms[0]["of_bound"] == "–"
       and not ms[0].get("read_bandwidth_gbs") and not ms[0].get("fma_peak_gflops"), str(ms)[:400])
+fj = json.loads(run("bench", "matmul", "--weights", "affine4-g32", "--fills", "-m", "1", "-s", "12x128", "-r", "1",
+                    "--stream-mib", "0", "--skip-bounds", "-o", "json").stdout)
+fills = [r["fill"] for r in fj["tables"][0]["rows"]]
+check("bench matmul --fills: the blocked format's panel fills, the scalar code first, each timed",
+      "Panel fills of affine4-g32" in fj["tables"][0]["title"] and fills[0] == "scalar" and len(fills) >= 1
+      and all(r["ns_per_32"] > 0 for r in fj["tables"][0]["rows"]) and fj["tables"][1]["rows"][0]["gflops"] > 0,
+      json.dumps(fj)[:600])
+bad_f = run("bench", "matmul", "--fills", "-s", "64x64", "-m", "1", "-r", "1", "--skip-bounds", ok=False)
+check("bench matmul --fills on a dense format is one error line", bad_f.returncode != 0 and "--fills" in bad_f.stderr,
+      bad_f.stderr)
 bad_o = run("bench", "matmul", "-o", "xml", ok=False)
 check("bench -o rejects an unknown format", bad_o.returncode != 0 and "xml" in bad_o.stderr, bad_o.stderr)
 bj = run("bench", "json", "-m", tiny, "-r", "1", ok=False)

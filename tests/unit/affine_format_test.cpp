@@ -6,9 +6,14 @@
 // matmul of the dequantized weights with x and W in that order, for every batch size.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "base/cpu_features.h"
 #include "base/thread_pool.h"
@@ -110,10 +115,16 @@ TEST(AffineFormat, SimdPanelFillsEqualTheScalarDequantization) {
     for (int group : {32, 64, 128}) {
       const int64_t rows = 5, cols = 256;
       RandomAffine a(bits, group, rows, cols, uint64_t(bits * 1000 + group));
-      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512}) {
+      // Each SIMD path's fill, and the Highway one where the path has a hand-written one too (AVX2).
+      std::vector<std::pair<std::string, matmul_detail::PanelFill>> fills;
+      for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
         if (!cpu_path_supported(path)) continue;
-        const matmul_detail::PanelFill fill = matmul_detail::affine_panel_fill(path, bits);
-        ASSERT_NE(fill, nullptr);
+        fills.emplace_back(cpu_path_name(path), matmul_detail::affine_panel_fill(path, bits));
+        ASSERT_NE(fills.back().second, nullptr) << cpu_path_name(path);
+        if (const matmul_detail::BlockedPanelFills* h = matmul_detail::simd_blocked_panel_fills(path))
+          fills.emplace_back(std::string(cpu_path_name(path)) + " (Highway)", bits == 4 ? h->affine4 : h->affine8);
+      }
+      for (const auto& [name, fill] : fills) {
         std::vector<float> buf(size_t(rows * cols) + 16), want(static_cast<size_t>(cols));
         float* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
         fill(a.w, 0, 1, int(rows), 0, cols / 32, panel);
@@ -121,7 +132,7 @@ TEST(AffineFormat, SimdPanelFillsEqualTheScalarDequantization) {
           a.w.row_to_f32(r, want.data());
           for (int64_t c = 0; c < cols; ++c)
             ASSERT_EQ(panel[((c / 32) * rows + r) * 32 + lane_position(c, bits == 4) % 32], want[size_t(c)])
-                << cpu_path_name(path) << " bits " << bits << " group " << group << " r " << r << " c " << c;
+                << name << " bits " << bits << " group " << group << " r " << r << " c " << c;
         }
       }
     }
@@ -163,6 +174,53 @@ TEST(AffineFormat, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
           }
           if (first_out.empty()) first_out.assign(y.begin(), y.begin() + N);
           else ASSERT_EQ(0, std::memcmp(first_out.data(), y.data(), size_t(N) * sizeof(float))) << "row 0 changed with M";
+        }
+      }
+    }
+}
+
+// The planner's blocking never changes a bit: panels whose chunks of K start inside a group (1 or 3
+// blocks per chunk against groups of 2 and 4 blocks) and direct tiles over other runs of rows give
+// the default plan's results, with each path's own fills and tiles.
+TEST(AffineFormat, BlockingChangesNoBitOnEveryPath) {
+  ThreadPool pool(2);
+  for (int bits : {4, 8})
+    for (int group : {32, 64, 128}) {
+      const int64_t N = 23, K = 1152, M = 7;
+      RandomAffine a(bits, group, N, K, uint64_t(50 + bits + group));
+      std::mt19937 rng{unsigned(bits + group)};
+      std::normal_distribution<float> nd;
+      std::vector<float> x(size_t(M * K));
+      for (float& v : x) v = nd(rng);
+      for (CpuPath path : kPaths) {
+        if (!cpu_path_supported(path)) continue;
+        std::vector<float> want(size_t(M * N)), y(want.size());
+        find_matmul_kernel(*a.w.format, path)(path, pool, x.data(), nullptr, M, a.w, want.data());
+        std::vector<matmul_detail::MatmulPlan> plans;
+        for (int64_t kc : {1, 3, 5}) {
+          matmul_detail::MatmulPlan p = matmul_detail::default_matmul_plan(path, M, N, K);
+          p.blocked = true;
+          p.mc = 4;
+          p.nc = 6;
+          p.kc_blocks = kc;
+          p.weights_outer = kc == 3;
+          p.fill = matmul_detail::affine_panel_fill(path, bits);
+          plans.push_back(p);
+        }
+        if (matmul_detail::BlockedTile tile = matmul_detail::affine_direct_tile(path, bits))
+          for (int streams : {1, 3}) {
+            matmul_detail::MatmulPlan p = matmul_detail::default_matmul_plan(path, M, N, K);
+            p.blocked = false;
+            p.streams = streams;
+            p.blocked_tile = tile;
+            plans.push_back(p);
+          }
+        for (const matmul_detail::MatmulPlan& p : plans) {
+          std::fill(y.begin(), y.end(), std::numeric_limits<float>::quiet_NaN());
+          matmul_detail::matmul_run(path, p, pool, x.data(), nullptr, M, a.w, y.data());
+          ASSERT_EQ(0, std::memcmp(y.data(), want.data(), y.size() * sizeof(float)))
+              << cpu_path_name(path) << " bits " << bits << " group " << group << " kc " << p.kc_blocks
+              << (p.blocked ? " panels" : " direct tiles");
         }
       }
     }

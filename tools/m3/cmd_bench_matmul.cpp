@@ -5,6 +5,8 @@
 // (flops / peak); each row prints the larger of the two bounds and how close the kernel gets.
 // Weights are cycled through enough copies that every repetition reads them from DRAM, as decode does.
 // Medians of --reps repetitions. M3_CPU=avx2|generic measures the other kernel paths.
+// --fills (blocked formats) also times the panel fills alone, cache-resident: the scalar
+// dequantization, each SIMD path's fill and the Highway one, which is what NEON and SVE run.
 // Bench progress goes to stderr; the report (-o md|csv|json|jsonl) to stdout.
 #include <algorithm>
 #include <chrono>
@@ -28,6 +30,7 @@
 #include "format/quantize.h"
 #include "format/weight_format.h"
 #include "kernels/matmul.h"
+#include "kernels/matmul_tile.h"
 
 namespace m3::cli {
 
@@ -54,7 +57,51 @@ struct Options {
   std::string output = "md";
   std::string weights = "bf16";  // or any format quantize_row writes (mxfp8, affine4, ...)
   bool skip_bounds = false;
+  bool fills = false;
 };
+
+// ---- the panel fills of a blocked format ----
+
+// Every fill of `format` this machine runs: the scalar code, then each SIMD path's own fill and,
+// where the path also has a Highway copy (AVX2), that one.
+std::vector<std::pair<std::string, matmul_detail::PanelFill>> panel_fills(const WeightFormat& format) {
+  std::vector<std::pair<std::string, matmul_detail::PanelFill>> fills{{"scalar", &matmul_detail::scalar_panel_fill}};
+  const std::optional<AffineParams> a = affine_params(format);
+  for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
+    if (!cpu_path_supported(path)) continue;
+    const matmul_detail::PanelFill own =
+        a ? matmul_detail::affine_panel_fill(path, a->bits) : matmul_detail::mxfp8_panel_fill(path);
+    const matmul_detail::BlockedPanelFills* h = matmul_detail::simd_blocked_panel_fills(path);
+    const matmul_detail::PanelFill highway = h == nullptr ? nullptr : !a ? h->mxfp8 : a->bits == 4 ? h->affine4 : h->affine8;
+    if (own != nullptr) fills.emplace_back(own == highway ? std::string(cpu_path_name(path)) + " (Highway)" : cpu_path_name(path), own);
+    if (highway != nullptr && highway != own) fills.emplace_back(std::string(cpu_path_name(path)) + " (Highway)", highway);
+  }
+  return fills;
+}
+
+// ns per 32 weights of each fill over all of w, 6 rows and 32 blocks per panel (the planner's
+// panel shape), the median of `reps` passes on one thread.
+void time_fills(const LinearWeight& w, int reps, const BenchClock& clock, BenchReport& report) {
+  const int64_t blocks = w.cols / 32, rows = 6, chunk = 32;
+  std::vector<float> buf(size_t(rows * chunk * 32) + 16);
+  float* panel = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buf.data()) + 63) & ~uintptr_t(63));
+  report.table("Panel fills of " + std::string(w.format->name) + " alone (one thread, cache-resident), median",
+               {{"fill", "fill"}, {"ns_per_32", "ns per 32 weights"}, {"vs_scalar", "× scalar"}});
+  double scalar_ns = 0;
+  for (const auto& [name, fill] : panel_fills(*w.format)) {
+    std::vector<double> times;
+    for (int r = 0; r < reps + 1; ++r) {
+      const double t0 = clock.now();
+      for (int64_t n = 0; n < w.rows; n += rows)
+        for (int64_t kb = 0; kb < blocks; kb += chunk)
+          fill(w, n, 1, int(std::min(rows, w.rows - n)), kb, std::min(kb + chunk, blocks), panel);
+      if (r > 0) times.push_back(clock.since(t0));
+    }
+    const double ns = median(times) * 1e9 / double(w.rows * blocks);
+    if (scalar_ns == 0) scalar_ns = ns;
+    report.row({name, Cell(ns, "%.2f"), Cell(scalar_ns / ns, "%.1f")});
+  }
+}
 
 struct Row {
   std::string shape;
@@ -128,6 +175,16 @@ void run_bench(const Options& o) {
         quantize_row(*format, row.data(), K, wc.data() + r * format->row_bytes(K), side.data());
       }
     }
+    if (o.fills && si == 0) {
+      M3_CHECK(!format->dense(), "bench matmul --fills: ", format->name, " has no panel fills (a blocked format has)");
+      LinearWeight w;
+      w.format = format;
+      w.data = weights[0].data();
+      for (size_t i = 0; i < side_at.size(); ++i) w.side[i] = w.data + side_at[i];
+      w.rows = N;
+      w.cols = K;
+      time_fills(w, reps, BenchClock{clock.cpu, 1}, report);
+    }
     for (const long long M : ms) {
       std::vector<float> x(size_t(M * K)), y(size_t(M * N));
       for (float& v : x) v = dist(rng);
@@ -187,6 +244,9 @@ void register_bench_matmul(CLI::App* bench) {
   cmd->add_option("--clock", opts->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->capture_default_str();
   cmd->add_flag("--skip-bounds", opts->skip_bounds, "Do not measure bandwidth and FMA peak");
+  cmd->add_flag("--fills", opts->fills,
+                "Blocked formats: also time the panel fills alone on the first shape (the scalar code, each SIMD "
+                "path's, and the Highway one that NEON and SVE run)");
   cmd->add_option("--weights", opts->weights,
                   "bf16, mxfp8 (the official release's layout), affine4 / affine8 (mlx-lm's, groups of 64) or "
                   "affine<4|8>-g<32|64|128>")
