@@ -190,13 +190,17 @@ PanelFill affine_panel_fill(CpuPath path, int bits) {
 #else
 
 namespace m3::matmul_detail {
-// Other architectures (NEON, SVE): the Highway fills.
+// Other architectures (NEON, SVE): the Highway fills and direct tiles.
 PanelFill affine_panel_fill(CpuPath path, int bits) {
-  const BlockedPanelFills* f = simd_blocked_panel_fills(path);
+  const BlockedSimdKernels* f = simd_blocked_kernels(path);
   if (f == nullptr || (bits != 4 && bits != 8)) return nullptr;
   return bits == 4 ? f->affine4 : f->affine8;
 }
-BlockedTile affine_direct_tile(CpuPath, int) { return nullptr; }
+BlockedTile affine_direct_tile(CpuPath path, int bits) {
+  const BlockedSimdKernels* f = simd_blocked_kernels(path);
+  if (f == nullptr || (bits != 4 && bits != 8)) return nullptr;
+  return bits == 4 ? f->affine4_tile : f->affine8_tile;
+}
 }  // namespace m3::matmul_detail
 
 #endif

@@ -231,12 +231,15 @@ PanelFill mxfp8_panel_fill(CpuPath path) {
 #else
 
 namespace m3::matmul_detail {
-// Other architectures (NEON, SVE): the Highway fill.
+// Other architectures (NEON, SVE): the Highway fill and direct tiles.
 PanelFill mxfp8_panel_fill(CpuPath path) {
-  const BlockedPanelFills* f = simd_blocked_panel_fills(path);
+  const BlockedSimdKernels* f = simd_blocked_kernels(path);
   return f != nullptr ? f->mxfp8 : nullptr;
 }
-BlockedTile mxfp8_direct_tile(CpuPath) { return nullptr; }
+BlockedTile mxfp8_direct_tile(CpuPath path) {
+  const BlockedSimdKernels* f = simd_blocked_kernels(path);
+  return f != nullptr ? f->mxfp8_tile : nullptr;
+}
 }  // namespace m3::matmul_detail
 
 #endif

@@ -118,20 +118,21 @@ PanelFill mxfp8_panel_fill(CpuPath path);
 // it has none.
 PanelFill affine_panel_fill(CpuPath path, int bits);
 
-// The blocked formats' panel fills from one Highway source (matmul_blocked_simd.cpp), the same
-// values as the hand-written ones; mxfp8_panel_fill and affine_panel_fill hand them to NEON and
-// SVE. nullptr for a path the build has no Highway copy for.
-struct BlockedPanelFills {
-  PanelFill mxfp8, affine4, affine8;
-};
-const BlockedPanelFills* simd_blocked_panel_fills(CpuPath path);
-
-// A direct tile of a blocked format (matmul_blocked_tile.h): TileKernels::run for the weight rows
+// A direct tile of a blocked format (matmul_blocked_tile.h, matmul_blocked_simd.cpp): TileKernels::run for the weight rows
 // n, n + row_step, ... (nr of them) of w, each 32-block widened in registers to the values its
 // panel fill writes (the same bits as the panel path).
 using BlockedTile = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a);
 BlockedTile mxfp8_direct_tile(CpuPath path);
 BlockedTile affine_direct_tile(CpuPath path, int bits);
+
+// The blocked formats' panel fills and direct tiles from one Highway source
+// (matmul_blocked_simd.cpp), the same values as the hand-written ones; the functions above hand
+// them to NEON and SVE. nullptr for a path the build has no Highway copy for.
+struct BlockedSimdKernels {
+  PanelFill mxfp8, affine4, affine8;
+  BlockedTile mxfp8_tile, affine4_tile, affine8_tile;
+};
+const BlockedSimdKernels* simd_blocked_kernels(CpuPath path);
 
 // How matmul cuts the work; tests force small blocks to check that blocking changes nothing.
 struct MatmulPlan {

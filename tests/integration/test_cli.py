@@ -2,6 +2,7 @@
 sharded checkpoints, inspect on the real M3 config, tokenize with and without special tokens, and
 bad flags or inputs ending in one clear error line."""
 import os
+import platform
 import subprocess
 import sys
 
@@ -120,16 +121,25 @@ ms = [json.loads(l) for l in run("bench", "matmul", "-m", "1", "-s", "64x96", "-
 check("bench matmul --skip-bounds: the rows without a bound, and no bandwidth or peak in the facts",
       len(ms) == 1 and ms[0]["gflops"] > 0 and ms[0]["of_bound"] == "–"
       and not ms[0].get("read_bandwidth_gbs") and not ms[0].get("fma_peak_gflops"), str(ms)[:400])
-fj = json.loads(run("bench", "matmul", "--weights", "affine4-g32", "--fills", "-m", "1", "-s", "12x128", "-r", "1",
+fj = json.loads(run("bench", "matmul", "--weights", "affine4-g32", "--kernels", "-m", "1", "-s", "12x128", "-r", "1",
                     "--stream-mib", "0", "--skip-bounds", "-o", "json").stdout)
 fills = [r["fill"] for r in fj["tables"][0]["rows"]]
-check("bench matmul --fills: the blocked format's panel fills, the scalar code first, each timed",
-      "Panel fills of affine4-g32" in fj["tables"][0]["title"] and fills[0] == "scalar" and len(fills) >= 1
-      and all(r["ns_per_32"] > 0 for r in fj["tables"][0]["rows"]) and fj["tables"][1]["rows"][0]["gflops"] > 0,
-      json.dumps(fj)[:600])
+decode = [r["kernel"] for r in fj["tables"][1]["rows"]]
+# Every x86 machine this runs on has AVX2 (hand-written kernels and their Highway copy); Arm has NEON.
+simd_fills, simd_decode = {
+    "x86_64": ({"avx2", "avx2 (Highway)"}, {"avx2 panel path", "avx2 direct", "avx2 direct (Highway)"}),
+    "aarch64": ({"neon (Highway)"}, {"neon panel path", "neon direct (Highway)"}),
+}.get(platform.machine(), (set(), set()))
+check("bench matmul --kernels: the blocked format's panel fills, the scalar code first, each timed",
+      "Panel fills of affine4-g32" in fj["tables"][0]["title"] and fills[0] == "scalar" and simd_fills <= set(fills)
+      and all(r["ns_per_32"] > 0 for r in fj["tables"][0]["rows"]), json.dumps(fj)[:600])
+check("bench matmul --kernels: the decode kernels at M = 1, each path's panel path and direct tiles, each timed",
+      "Decode kernels of affine4-g32" in fj["tables"][1]["title"] and simd_decode <= set(decode)
+      and all(r["ns_per_32"] > 0 and r["gflops"] > 0 for r in fj["tables"][1]["rows"])
+      and fj["tables"][2]["rows"][0]["gflops"] > 0, json.dumps(fj)[:800])
 bad_f = run("bench", "matmul", "--fills", "-s", "64x64", "-m", "1", "-r", "1", "--skip-bounds", ok=False)
-check("bench matmul --fills on a dense format is one error line", bad_f.returncode != 0 and "--fills" in bad_f.stderr,
-      bad_f.stderr)
+check("bench matmul --kernels (or --fills) on a dense format is one error line",
+      bad_f.returncode != 0 and "--kernels" in bad_f.stderr, bad_f.stderr)
 bad_o = run("bench", "matmul", "-o", "xml", ok=False)
 check("bench -o rejects an unknown format", bad_o.returncode != 0 and "xml" in bad_o.stderr, bad_o.stderr)
 bj = run("bench", "json", "-m", tiny, "-r", "1", ok=False)

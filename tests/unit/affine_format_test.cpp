@@ -121,7 +121,7 @@ TEST(AffineFormat, SimdPanelFillsEqualTheScalarDequantization) {
         if (!cpu_path_supported(path)) continue;
         fills.emplace_back(cpu_path_name(path), matmul_detail::affine_panel_fill(path, bits));
         ASSERT_NE(fills.back().second, nullptr) << cpu_path_name(path);
-        if (const matmul_detail::BlockedPanelFills* h = matmul_detail::simd_blocked_panel_fills(path))
+        if (const matmul_detail::BlockedSimdKernels* h = matmul_detail::simd_blocked_kernels(path))
           fills.emplace_back(std::string(cpu_path_name(path)) + " (Highway)", bits == 4 ? h->affine4 : h->affine8);
       }
       for (const auto& [name, fill] : fills) {
@@ -207,8 +207,14 @@ TEST(AffineFormat, BlockingChangesNoBitOnEveryPath) {
           p.fill = matmul_detail::affine_panel_fill(path, bits);
           plans.push_back(p);
         }
-        if (matmul_detail::BlockedTile tile = matmul_detail::affine_direct_tile(path, bits))
-          for (int streams : {1, 3}) {
+        // The path's direct tiles, and their Highway copy where it has one (AVX2: the one
+        // NEON and SVE run, checked here against the hand-written tiles' bits).
+        std::vector<matmul_detail::BlockedTile> tiles{matmul_detail::affine_direct_tile(path, bits)};
+        if (const matmul_detail::BlockedSimdKernels* h = matmul_detail::simd_blocked_kernels(path))
+          tiles.push_back(bits == 4 ? h->affine4_tile : h->affine8_tile);
+        for (matmul_detail::BlockedTile tile : tiles)
+          for (int streams : {1, 3, 6}) {
+            if (tile == nullptr) continue;
             matmul_detail::MatmulPlan p = matmul_detail::default_matmul_plan(path, M, N, K);
             p.blocked = false;
             p.streams = streams;

@@ -4,6 +4,7 @@
 // too, so NEON and SVE run under qemu (scripts/test_aarch64.sh).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -63,7 +64,7 @@ TEST(Mxfp8Format, SimdPanelFillEqualsTheScalarDequantizationForEveryCodeAndScale
     if (!cpu_path_supported(path)) continue;
     fills.emplace_back(cpu_path_name(path), matmul_detail::mxfp8_panel_fill(path));
     ASSERT_NE(fills.back().second, nullptr) << cpu_path_name(path);
-    if (const matmul_detail::BlockedPanelFills* h = matmul_detail::simd_blocked_panel_fills(path))
+    if (const matmul_detail::BlockedSimdKernels* h = matmul_detail::simd_blocked_kernels(path))
       fills.emplace_back(std::string(cpu_path_name(path)) + " (Highway)", h->mxfp8);
   }
   for (const auto& [name, fill] : fills) {
@@ -151,26 +152,44 @@ TEST(Mxfp8Format, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
   for (CpuPath path : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
     if (!cpu_path_supported(path)) continue;
     const MatmulKernel mk = find_matmul_kernel(mxfp8_format(), path), fk = find_matmul_kernel(f32_format(), path);
+    // The Highway direct tiles where the path has them besides its own (AVX2: the ones NEON and
+    // SVE run), forced through a direct-tile plan.
+    const matmul_detail::BlockedSimdKernels* h = matmul_detail::simd_blocked_kernels(path);
+    const matmul_detail::BlockedTile highway = h != nullptr && h->mxfp8_tile != matmul_detail::mxfp8_direct_tile(path)
+                                                   ? h->mxfp8_tile
+                                                   : nullptr;
     for (int64_t M : {1, 3, 40}) {
       std::mt19937 rng{unsigned(M) + 100};
       std::normal_distribution<float> nd;
       std::vector<float> x(size_t(M * K)), y(size_t(M * N)), want(y.size());
       for (auto& v : x) v = nd(rng) * 1e-30f;  // keeps row 9's products finite
-      mk(path, pool, x.data(), nullptr, M, m.w, y.data());
       fk(path, pool, x.data(), nullptr, M, f, want.data());
-      for (int64_t i = 0; i < M; ++i)
-        for (int64_t n = 0; n < N; ++n) {
-          const float got = y[size_t(i * N + n)], exp = want[size_t(i * N + n)];
-          if (n == 5 || n == 6) {
-            EXPECT_TRUE(std::isnan(got)) << cpu_path_name(path) << " M=" << M << " row " << n;
-            continue;
-          }
-          ASSERT_FALSE(std::isnan(exp)) << n;
-          uint32_t a, b;
-          std::memcpy(&a, &got, 4);
-          std::memcpy(&b, &exp, 4);
-          ASSERT_EQ(a, b) << cpu_path_name(path) << " M=" << M << " row " << n;
+      for (bool forced : {false, true}) {
+        if (forced && (highway == nullptr || M > 3)) continue;
+        std::fill(y.begin(), y.end(), 0.0f);
+        if (forced) {
+          matmul_detail::MatmulPlan p = matmul_detail::default_matmul_plan(path, M, N, K);
+          p.blocked = false;
+          p.blocked_tile = highway;
+          matmul_detail::matmul_run(path, p, pool, x.data(), nullptr, M, m.w, y.data());
+        } else {
+          mk(path, pool, x.data(), nullptr, M, m.w, y.data());
         }
+        const std::string what = std::string(cpu_path_name(path)) + (forced ? " (Highway tiles)" : "");
+        for (int64_t i = 0; i < M; ++i)
+          for (int64_t n = 0; n < N; ++n) {
+            const float got = y[size_t(i * N + n)], exp = want[size_t(i * N + n)];
+            if (n == 5 || n == 6) {
+              EXPECT_TRUE(std::isnan(got)) << what << " M=" << M << " row " << n;
+              continue;
+            }
+            ASSERT_FALSE(std::isnan(exp)) << n;
+            uint32_t a, b;
+            std::memcpy(&a, &got, 4);
+            std::memcpy(&b, &exp, 4);
+            ASSERT_EQ(a, b) << what << " M=" << M << " row " << n;
+          }
+      }
     }
   }
 }

@@ -5,8 +5,10 @@
 // (flops / peak); each row prints the larger of the two bounds and how close the kernel gets.
 // Weights are cycled through enough copies that every repetition reads them from DRAM, as decode does.
 // Medians of --reps repetitions. M3_CPU=avx2|generic measures the other kernel paths.
-// --fills (blocked formats) also times the panel fills alone, cache-resident: the scalar
-// dequantization, each SIMD path's fill and the Highway one, which is what NEON and SVE run.
+// --kernels (or --fills; blocked formats) also times each path's kernels alone on one thread,
+// cache-resident: the panel fills (the scalar dequantization, each SIMD path's fill and the
+// Highway one, which is what NEON and SVE run) and the decode kernels at M = 1 (the panel path,
+// the direct tiles and their Highway copy).
 // Bench progress goes to stderr; the report (-o md|csv|json|jsonl) to stdout.
 #include <algorithm>
 #include <chrono>
@@ -71,7 +73,7 @@ std::vector<std::pair<std::string, matmul_detail::PanelFill>> panel_fills(const 
     if (!cpu_path_supported(path)) continue;
     const matmul_detail::PanelFill own =
         a ? matmul_detail::affine_panel_fill(path, a->bits) : matmul_detail::mxfp8_panel_fill(path);
-    const matmul_detail::BlockedPanelFills* h = matmul_detail::simd_blocked_panel_fills(path);
+    const matmul_detail::BlockedSimdKernels* h = matmul_detail::simd_blocked_kernels(path);
     const matmul_detail::PanelFill highway = h == nullptr ? nullptr : !a ? h->mxfp8 : a->bits == 4 ? h->affine4 : h->affine8;
     if (own != nullptr) fills.emplace_back(own == highway ? std::string(cpu_path_name(path)) + " (Highway)" : cpu_path_name(path), own);
     if (highway != nullptr && highway != own) fills.emplace_back(std::string(cpu_path_name(path)) + " (Highway)", highway);
@@ -100,6 +102,65 @@ void time_fills(const LinearWeight& w, int reps, const BenchClock& clock, BenchR
     const double ns = median(times) * 1e9 / double(w.rows * blocks);
     if (scalar_ns == 0) scalar_ns = ns;
     report.row({name, Cell(ns, "%.2f"), Cell(scalar_ns / ns, "%.1f")});
+  }
+}
+
+// ---- the direct tiles of a blocked format (decode) ----
+
+// Every way this machine runs a blocked format at M = 1: each SIMD path's panel path (its fill,
+// then its panel tiles), its own direct tiles and, where the path also has a Highway copy of them
+// (AVX2: the code NEON and SVE run), that one.
+struct DecodeKernel {
+  std::string name;
+  CpuPath path;
+  matmul_detail::BlockedTile tile;  // nullptr: the panel path
+};
+
+std::vector<DecodeKernel> decode_kernels(const WeightFormat& format) {
+  std::vector<DecodeKernel> out;
+  const std::optional<AffineParams> a = affine_params(format);
+  for (CpuPath path : {CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
+    if (!cpu_path_supported(path)) continue;
+    const matmul_detail::BlockedTile own =
+        a ? matmul_detail::affine_direct_tile(path, a->bits) : matmul_detail::mxfp8_direct_tile(path);
+    const matmul_detail::BlockedSimdKernels* h = matmul_detail::simd_blocked_kernels(path);
+    const matmul_detail::BlockedTile highway = h == nullptr ? nullptr
+                                               : !a         ? h->mxfp8_tile
+                                               : a->bits == 4 ? h->affine4_tile
+                                                              : h->affine8_tile;
+    const std::string p = cpu_path_name(path);
+    out.push_back({p + " panel path", path, nullptr});
+    if (own != nullptr) out.push_back({p + (own == highway ? " direct (Highway)" : " direct"), path, own});
+    if (highway != nullptr && highway != own) out.push_back({p + " direct (Highway)", path, highway});
+  }
+  return out;
+}
+
+// ns per 32 weights of each at M = 1 over all of w (cache-resident after the first pass), the
+// median of `reps` passes on one thread.
+void time_decode_kernels(const LinearWeight& w, int reps, const BenchClock& clock, BenchReport& report) {
+  ThreadPool one(1);
+  std::vector<float> x(size_t(w.cols)), y(size_t(w.rows));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist;
+  for (float& v : x) v = dist(rng);
+  report.table("Decode kernels of " + std::string(w.format->name) + " at M = 1 (one thread, cache-resident), median",
+               {{"kernel", "kernel"}, {"ns_per_32", "ns per 32 weights"}, {"gflops", "GFLOP/s"}});
+  for (const DecodeKernel& k : decode_kernels(*w.format)) {
+    matmul_detail::MatmulPlan plan = matmul_detail::default_matmul_plan(k.path, 1, w.rows, w.cols);
+    plan.blocked = k.tile == nullptr;
+    plan.blocked_tile = k.tile;
+    const std::optional<AffineParams> a = affine_params(*w.format);
+    plan.fill = a ? matmul_detail::affine_panel_fill(k.path, a->bits) : matmul_detail::mxfp8_panel_fill(k.path);
+    std::vector<double> times;
+    for (int r = 0; r < reps + 1; ++r) {
+      const double t0 = clock.now();
+      matmul_detail::matmul_run(k.path, plan, one, x.data(), nullptr, 1, w, y.data());
+      if (r > 0) times.push_back(clock.since(t0));
+    }
+    const double t = median(times);
+    report.row({k.name, Cell(t * 1e9 * 32 / double(w.rows * w.cols), "%.2f"),
+                Cell(2.0 * double(w.rows * w.cols) / t / 1e9)});
   }
 }
 
@@ -176,7 +237,7 @@ void run_bench(const Options& o) {
       }
     }
     if (o.fills && si == 0) {
-      M3_CHECK(!format->dense(), "bench matmul --fills: ", format->name, " has no panel fills (a blocked format has)");
+      M3_CHECK(!format->dense(), "bench matmul --kernels: ", format->name, " is dense (the blocked formats have fills and direct tiles)");
       LinearWeight w;
       w.format = format;
       w.data = weights[0].data();
@@ -184,6 +245,7 @@ void run_bench(const Options& o) {
       w.rows = N;
       w.cols = K;
       time_fills(w, reps, BenchClock{clock.cpu, 1}, report);
+      time_decode_kernels(w, reps, BenchClock{clock.cpu, 1}, report);
     }
     for (const long long M : ms) {
       std::vector<float> x(size_t(M * K)), y(size_t(M * N));
@@ -244,9 +306,10 @@ void register_bench_matmul(CLI::App* bench) {
   cmd->add_option("--clock", opts->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->capture_default_str();
   cmd->add_flag("--skip-bounds", opts->skip_bounds, "Do not measure bandwidth and FMA peak");
-  cmd->add_flag("--fills", opts->fills,
-                "Blocked formats: also time the panel fills alone on the first shape (the scalar code, each SIMD "
-                "path's, and the Highway one that NEON and SVE run)");
+  cmd->add_flag("--kernels,--fills", opts->fills,
+                "Blocked formats: also time each path's kernels alone on the first shape, one thread: the panel "
+                "fills (the scalar code, each SIMD path's, and the Highway one that NEON and SVE run) and the "
+                "decode kernels at M = 1 (panel path, direct tiles, their Highway copy)");
   cmd->add_option("--weights", opts->weights,
                   "bf16, mxfp8 (the official release's layout), affine4 / affine8 (mlx-lm's, groups of 64) or "
                   "affine<4|8>-g<32|64|128>")
