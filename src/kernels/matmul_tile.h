@@ -118,9 +118,9 @@ PanelFill mxfp8_panel_fill(CpuPath path);
 // it has none.
 PanelFill affine_panel_fill(CpuPath path, int bits);
 
-// A direct tile of a blocked format (matmul_blocked_tile.h, matmul_blocked_simd.cpp): TileKernels::run for the weight rows
-// n, n + row_step, ... (nr of them) of w, each 32-block widened in registers to the values its
-// panel fill writes (the same bits as the panel path).
+// A direct tile of a blocked format (matmul_blocked_tile.h, matmul_blocked_simd.cpp):
+// TileKernels::run for the weight rows n, n + row_step, ... (nr of them) of w, each 32-block
+// widened in registers to the values its panel fill writes (the same bits as the panel path).
 using BlockedTile = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a);
 BlockedTile mxfp8_direct_tile(CpuPath path);
 BlockedTile affine_direct_tile(CpuPath path, int bits);
