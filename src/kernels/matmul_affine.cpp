@@ -14,7 +14,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
+#include <utility>
 
 #include "kernels/matmul_blocked_tile.h"
 
@@ -85,7 +88,8 @@ M3_AVX2 inline void block_ints256(const uint8_t* p, __m256i (&v)[4]) {
   }
 }
 
-// The affine formats for the direct tiles and panel fills (matmul_blocked_tile.h).
+// The affine formats for the shared blocked loops (matmul_blocked_tile.h): the AVX2 direct tiles and
+// both paths' panel fills. The AVX-512 direct tiles are their own (direct512, below).
 template <int Bits>
 struct AffinePolicy {
   static constexpr int kBlockBytes = kBlock * Bits / 8;
@@ -103,8 +107,8 @@ struct AffinePolicy {
     if (kb % (64 / kBlockBytes) == 0)
       _mm_prefetch(reinterpret_cast<const char*>(r.p.q[j] + kb * kBlockBytes + kPrefetchAhead), _MM_HINT_T0);
   }
-  // Each group's scale (a) and bias (b) as fp32, converted once per chunk: the AVX-512 tiles put
-  // them in registers once per group (group512) and the AVX2 widening broadcasts them from memory,
+  // Each group's scale (a) and bias (b) as fp32, converted once per chunk: the AVX-512 fill puts
+  // them in registers (group512) and the AVX2 widening broadcasts them from memory,
   // where converting them in the widening took a move from an integer register and a broadcast
   // shuffle per block and row (docs/BENCHMARKS.md §0i). Block kb of a chunk that starts at block
   // kb0 has entry group_in_chunk(r, kb, kb0).
@@ -162,8 +166,110 @@ struct AffinePolicy {
   }
 };
 
-constexpr blocked::Table kDirect512x4 = blocked::make_table<AffinePolicy<4>, true>();
-constexpr blocked::Table kDirect512x8 = blocked::make_table<AffinePolicy<8>, true>();
+// The AVX-512 direct tiles (decode), written for the affine formats alone: a plain loop over the
+// groups of K, each group's blocks unrolled (GB = 1, 2 or 4 blocks to a group), each row's scale
+// and bias converted 32 groups at a time. The shared blocked loop (matmul_blocked_tile.h), which
+// also serves MXFP8, spent a third of a 4-bit decode between its groups: 0.96-1.0 ns per 32
+// weights and row against 0.6-0.7 here (docs/BENCHMARKS.md §0p). The arithmetic is AffinePolicy's
+// widen512 (the same table and multiply-adds in the same order), so the bits are the panel path's.
+constexpr int kChunkGroups = 32;  // a 64-byte line of bf16 scales (and of biases) per row
+
+// n (<= 32) bf16 values as fp32.
+M3_AVX512 inline void side_to_f32(const uint16_t* src, int n, float* dst) {
+  const __mmask32 all = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+  const __m512i lo = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(__mmask16(all), src));
+  const __m512i hi = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(__mmask16(all >> 16), src + 16));
+  _mm512_store_ps(dst, _mm512_castsi512_ps(_mm512_slli_epi32(lo, 16)));
+  _mm512_store_ps(dst + 16, _mm512_castsi512_ps(_mm512_slli_epi32(hi, 16)));
+}
+
+template <int Bits, int MR, int NR, int GB>
+M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  constexpr int kBlockBytes = kBlock * Bits / 8;
+  constexpr int kLineBlocks = 64 / kBlockBytes;  // blocks per 64-byte line of codes
+  const RowPointers r(w, n, row_step, NR);
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const int64_t groups = a.K / (kBlock * GB);
+  alignas(64) float scale[NR][kChunkGroups], bias[NR][kChunkGroups];
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+    const int ng = int(std::min<int64_t>(kChunkGroups, groups - g0));
+    for (int j = 0; j < NR; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(r.scales[j] + g0) + kSidePrefetchAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r.biases[j] + g0) + kSidePrefetchAhead, _MM_HINT_T0);
+      side_to_f32(r.scales[j] + g0, ng, scale[j]);
+      side_to_f32(r.biases[j] + g0, ng, bias[j]);
+    }
+    for (int g = 0; g < ng; ++g) {
+      __m512 s[NR], b[NR];  // 4-bit: s holds the group's table (scale x q + bias, q = 0..15)
+      for (int j = 0; j < NR; ++j) {
+        s[j] = _mm512_set1_ps(scale[j][g]);
+        b[j] = _mm512_set1_ps(bias[j][g]);
+        if constexpr (Bits == 4) s[j] = _mm512_fmadd_ps(iota, s[j], b[j]);
+      }
+#pragma GCC unroll 4
+      for (int i = 0; i < GB; ++i) {
+        const int64_t kb = (g0 + g) * GB + i;
+        const float* x = a.x + kb * a.x_block_stride;
+        __m512 x0[MR], x1[MR];
+        for (int m = 0; m < MR; ++m) {
+          x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
+          x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          const uint8_t* q = r.q[j] + kb * kBlockBytes;
+          if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+          __m512 w0, w1;
+          if constexpr (Bits == 4) {
+            const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+            w0 = _mm512_permutexvar_ps(v, s[j]);
+            w1 = _mm512_permutexvar_ps(_mm512_srli_epi32(v, 4), s[j]);
+          } else {
+            __m512i q0, q1;
+            bytes_to_ints512(q, q0, q1);
+            w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), s[j], b[j]);
+            w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), s[j], b[j]);
+          }
+#pragma GCC unroll 4
+          for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
+}
+
+// The shapes the planner asks for (matmul_blocked_tile.h: mr <= 4, nr <= 6), for each group size.
+constexpr int kDirectMaxMr = 4, kDirectMaxNr = 6;
+using DirectFn = void (*)(const LinearWeight&, int64_t, int64_t, const TileArgs&);
+using DirectTable = std::array<std::array<DirectFn, kDirectMaxNr + 1>, kDirectMaxMr + 1>;
+
+template <int Bits, int GB, int MR, int... I>
+constexpr std::array<DirectFn, kDirectMaxNr + 1> direct512_row(std::integer_sequence<int, I...>) {
+  std::array<DirectFn, kDirectMaxNr + 1> row{};
+  ((row[I + 1] = &direct512<Bits, MR, I + 1, GB>), ...);
+  return row;
+}
+template <int Bits, int GB>
+constexpr DirectTable direct512_table() {
+  constexpr auto nrs = std::make_integer_sequence<int, kDirectMaxNr>{};
+  return {std::array<DirectFn, kDirectMaxNr + 1>{}, direct512_row<Bits, GB, 1>(nrs), direct512_row<Bits, GB, 2>(nrs),
+          direct512_row<Bits, GB, 3>(nrs), direct512_row<Bits, GB, 4>(nrs)};
+}
+
+template <int Bits>
+void direct512_run(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
+  static constexpr DirectTable kTables[3] = {direct512_table<Bits, 1>(), direct512_table<Bits, 2>(),
+                                             direct512_table<Bits, 4>()};
+  const int gb_log2 = group_blocks_log2(w);
+  if (gb_log2 > 2 || mr < 1 || mr > kDirectMaxMr || nr < 1 || nr > kDirectMaxNr) std::abort();  // a planning bug
+  kTables[gb_log2][size_t(mr)][size_t(nr)](w, n, row_step, a);
+}
+
 constexpr blocked::Table kDirect256x4 = blocked::make_table<AffinePolicy<4>, false>();
 constexpr blocked::Table kDirect256x8 = blocked::make_table<AffinePolicy<8>, false>();
 
@@ -178,7 +284,7 @@ BlockedTile affine_direct_tile(CpuPath path, int bits) {
   if (bits != 4 && bits != 8) return nullptr;
   switch (path) {
     case CpuPath::Avx2: return bits == 4 ? &direct<kDirect256x4> : &direct<kDirect256x8>;
-    case CpuPath::Avx512: return bits == 4 ? &direct<kDirect512x4> : &direct<kDirect512x8>;
+    case CpuPath::Avx512: return bits == 4 ? &direct512_run<4> : &direct512_run<8>;
     default: return nullptr;
   }
 }
