@@ -88,8 +88,8 @@ M3_AVX2 inline void block_ints256(const uint8_t* p, __m256i (&v)[4]) {
   }
 }
 
-// The affine formats for the shared blocked loops (matmul_blocked_tile.h): the AVX2 direct tiles and
-// both paths' panel fills. The AVX-512 direct tiles are their own (direct512, below).
+// The affine formats for the shared blocked loops of matmul_blocked_tile.h: the panel fills of both
+// paths. The direct tiles are their own (direct512 and direct256, below).
 template <int Bits>
 struct AffinePolicy {
   static constexpr int kBlockBytes = kBlock * Bits / 8;
@@ -168,9 +168,9 @@ struct AffinePolicy {
 
 // The AVX-512 direct tiles (decode), written for the affine formats alone: a plain loop over the
 // groups of K, each group's blocks unrolled (GB = 1, 2 or 4 blocks to a group), each row's scale
-// and bias converted 32 groups at a time. The shared blocked loop (matmul_blocked_tile.h), which
-// also serves MXFP8, spent a third of a 4-bit decode between its groups: 0.96-1.0 ns per 32
-// weights and row against 0.6-0.7 here (docs/BENCHMARKS.md §0p). The arithmetic is AffinePolicy's
+// and bias converted 32 groups at a time. The shared blocked loop (matmul_blocked_tile.h, which
+// MXFP8 keeps) spent a quarter of a 4-bit decode between its groups: 0.96-1.0 ns per 32 weights
+// and row against 0.74 here (docs/BENCHMARKS.md §0p). The arithmetic is AffinePolicy's
 // widen512 (the same table and multiply-adds in the same order), so the bits are the panel path's.
 constexpr int kChunkGroups = 32;  // a 64-byte line of bf16 scales (and of biases) per row
 
@@ -243,39 +243,106 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
 }
 
+// n (<= 32) bf16 values as fp32, on AVX2.
+M3_AVX2 inline void side_to_f32_256(const uint16_t* src, int n, float* dst) {
+  alignas(32) uint16_t tail[kChunkGroups] = {};
+  if (n < kChunkGroups) {  // the row's last chunk: a full load could leave the tensor
+    for (int i = 0; i < n; ++i) tail[i] = src[i];
+    src = tail;
+  }
+  for (int q = 0; q < kChunkGroups / 8; ++q) {
+    const __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 8 * q)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 8 * q), _mm256_slli_epi32(v, 16));
+  }
+}
+
+// The AVX2 direct tiles, the same loop as direct512: AffinePolicy's widen256 and tile256_pass's
+// multiply-adds in the same order, so the same bits. The scale and bias are broadcast from memory
+// per block and row, as 16 registers hold no more than the tile's lanes and x.
+template <int Bits, int MR, int NR, int GB>
+M3_AVX2 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  constexpr int kBlockBytes = kBlock * Bits / 8;
+  constexpr int kLineBlocks = 64 / kBlockBytes;
+  const RowPointers r(w, n, row_step, NR);
+  __m256 acc[MR][NR][2];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
+  const int64_t groups = a.K / (kBlock * GB);
+  alignas(32) float scale[NR][kChunkGroups], bias[NR][kChunkGroups];
+  for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
+    const int ng = int(std::min<int64_t>(kChunkGroups, groups - g0));
+    for (int j = 0; j < NR; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(r.scales[j] + g0) + kSidePrefetchAhead, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(r.biases[j] + g0) + kSidePrefetchAhead, _MM_HINT_T0);
+      side_to_f32_256(r.scales[j] + g0, ng, scale[j]);
+      side_to_f32_256(r.biases[j] + g0, ng, bias[j]);
+    }
+    for (int g = 0; g < ng; ++g) {
+#pragma GCC unroll 4
+      for (int i = 0; i < GB; ++i) {
+        const int64_t kb = (g0 + g) * GB + i;
+        const float* x = a.x + kb * a.x_block_stride;
+#pragma GCC unroll 8
+        for (int j = 0; j < NR; ++j) {
+          const uint8_t* q = r.q[j] + kb * kBlockBytes;
+          if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+          const __m256 sv = _mm256_broadcast_ss(&scale[j][g]), bv = _mm256_broadcast_ss(&bias[j][g]);
+          __m256i qi[4];
+          block_ints256<Bits>(q, qi);
+          __m256 v[4];
+          for (int k = 0; k < 4; ++k) v[k] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(qi[k]), sv, bv);
+#pragma GCC unroll 4
+          for (int m = 0; m < MR; ++m) {
+            const float* xm = x + m * a.x_stride;
+            acc[m][j][0] = _mm256_fmadd_ps(_mm256_loadu_ps(xm + 16), v[2],
+                                           _mm256_fmadd_ps(_mm256_loadu_ps(xm), v[0], acc[m][j][0]));
+            acc[m][j][1] = _mm256_fmadd_ps(_mm256_loadu_ps(xm + 24), v[3],
+                                           _mm256_fmadd_ps(_mm256_loadu_ps(xm + 8), v[1], acc[m][j][1]));
+          }
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
+}
+
 // The shapes the planner asks for (matmul_blocked_tile.h: mr <= 4, nr <= 6), for each group size.
 constexpr int kDirectMaxMr = 4, kDirectMaxNr = 6;
 using DirectFn = void (*)(const LinearWeight&, int64_t, int64_t, const TileArgs&);
 using DirectTable = std::array<std::array<DirectFn, kDirectMaxNr + 1>, kDirectMaxMr + 1>;
 
-template <int Bits, int GB, int MR, int... I>
-constexpr std::array<DirectFn, kDirectMaxNr + 1> direct512_row(std::integer_sequence<int, I...>) {
+template <bool Avx512, int Bits, int GB, int MR, int... I>
+constexpr std::array<DirectFn, kDirectMaxNr + 1> direct_row(std::integer_sequence<int, I...>) {
   std::array<DirectFn, kDirectMaxNr + 1> row{};
-  ((row[I + 1] = &direct512<Bits, MR, I + 1, GB>), ...);
+  if constexpr (Avx512) ((row[I + 1] = &direct512<Bits, MR, I + 1, GB>), ...);
+  else ((row[I + 1] = &direct256<Bits, MR, I + 1, GB>), ...);
   return row;
 }
-template <int Bits, int GB>
-constexpr DirectTable direct512_table() {
-  constexpr auto nrs = std::make_integer_sequence<int, kDirectMaxNr>{};
-  return {std::array<DirectFn, kDirectMaxNr + 1>{}, direct512_row<Bits, GB, 1>(nrs), direct512_row<Bits, GB, 2>(nrs),
-          direct512_row<Bits, GB, 3>(nrs), direct512_row<Bits, GB, 4>(nrs)};
+// AVX-512: mr <= 4 with nr <= 6; AVX2: mr <= 3 with nr <= 6, 3, 2 (its planner's shapes).
+template <bool Avx512, int Bits, int GB>
+constexpr DirectTable direct_table() {
+  using Row = std::array<DirectFn, kDirectMaxNr + 1>;
+  if constexpr (Avx512) {
+    constexpr auto nrs = std::make_integer_sequence<int, kDirectMaxNr>{};
+    return {Row{}, direct_row<true, Bits, GB, 1>(nrs), direct_row<true, Bits, GB, 2>(nrs),
+            direct_row<true, Bits, GB, 3>(nrs), direct_row<true, Bits, GB, 4>(nrs)};
+  } else {
+    return {Row{}, direct_row<false, Bits, GB, 1>(std::make_integer_sequence<int, 6>{}),
+            direct_row<false, Bits, GB, 2>(std::make_integer_sequence<int, 3>{}),
+            direct_row<false, Bits, GB, 3>(std::make_integer_sequence<int, 2>{}), Row{}};
+  }
 }
 
-template <int Bits>
-void direct512_run(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
-  static constexpr DirectTable kTables[3] = {direct512_table<Bits, 1>(), direct512_table<Bits, 2>(),
-                                             direct512_table<Bits, 4>()};
+template <bool Avx512, int Bits>
+void direct_run(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
+  static constexpr DirectTable kTables[3] = {direct_table<Avx512, Bits, 1>(), direct_table<Avx512, Bits, 2>(),
+                                             direct_table<Avx512, Bits, 4>()};
   const int gb_log2 = group_blocks_log2(w);
   if (gb_log2 > 2 || mr < 1 || mr > kDirectMaxMr || nr < 1 || nr > kDirectMaxNr) std::abort();  // a planning bug
-  kTables[gb_log2][size_t(mr)][size_t(nr)](w, n, row_step, a);
-}
-
-constexpr blocked::Table kDirect256x4 = blocked::make_table<AffinePolicy<4>, false>();
-constexpr blocked::Table kDirect256x8 = blocked::make_table<AffinePolicy<8>, false>();
-
-template <const blocked::Table& T>
-void direct(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
-  blocked::run(T, w, n, row_step, mr, nr, a);
+  const DirectFn f = kTables[gb_log2][size_t(mr)][size_t(nr)];
+  if (f == nullptr) std::abort();  // a planning bug
+  f(w, n, row_step, a);
 }
 
 }  // namespace
@@ -283,8 +350,8 @@ void direct(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, 
 BlockedTile affine_direct_tile(CpuPath path, int bits) {
   if (bits != 4 && bits != 8) return nullptr;
   switch (path) {
-    case CpuPath::Avx2: return bits == 4 ? &direct<kDirect256x4> : &direct<kDirect256x8>;
-    case CpuPath::Avx512: return bits == 4 ? &direct512_run<4> : &direct512_run<8>;
+    case CpuPath::Avx2: return bits == 4 ? &direct_run<false, 4> : &direct_run<false, 8>;
+    case CpuPath::Avx512: return bits == 4 ? &direct_run<true, 4> : &direct_run<true, 8>;
     default: return nullptr;
   }
 }

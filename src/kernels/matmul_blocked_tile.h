@@ -15,7 +15,9 @@
 // The AVX-512 tiles go group by group: a row's factors for a group of blocks (affine: 1, 2 or 4
 // blocks share a scale and a bias; MXFP8: each block has its own) are put in registers once per
 // group (Policy::group512) and kept for the group's blocks, where broadcasting them per block and
-// row cost 13-16% of an affine decode (docs/BENCHMARKS.md §0n).
+// row cost 13-16% of an affine decode (docs/BENCHMARKS.md §0n). The direct tiles here now serve
+// MXFP8; the affine formats have simpler loops of their own (matmul_affine.cpp, §0p), and use
+// this file for their panel fills.
 //
 // A Policy provides:
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
