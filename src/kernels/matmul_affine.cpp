@@ -212,12 +212,8 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
 #pragma GCC unroll 4
       for (int i = 0; i < GB; ++i) {
         const int64_t kb = (g0 + g) * GB + i;
-        const float* x = a.x + kb * a.x_block_stride;
         __m512 x0[MR], x1[MR];
-        for (int m = 0; m < MR; ++m) {
-          x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
-          x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
-        }
+        blocked::load_x512<MR>(a, kb, x0, x1);
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           const uint8_t* q = r.q[j] + kb * kBlockBytes;

@@ -64,6 +64,16 @@ struct BlockParams {
   bool rare = false;  // a block needs the format's rare-case arithmetic (MXFP8: a scale past 2^119)
 };
 
+// Block kb of the tile's MR rows of x: lanes 0-15 (pass 0) and 16-31 (pass 1) of each row.
+template <int MR>
+M3_BLOCKED_AVX512 inline void load_x512(const TileArgs& a, int64_t kb, __m512 (&x0)[MR], __m512 (&x1)[MR]) {
+  const float* x = a.x + kb * a.x_block_stride;
+  for (int m = 0; m < MR; ++m) {
+    x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
+    x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
+  }
+}
+
 template <class Policy, int MR, int NR, bool Checked>
 M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   const typename Policy::Rows rows(w, n, row_step, NR);
@@ -82,12 +92,8 @@ M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t ro
       for (int j = 0; j < NR; ++j) g[j] = Policy::group512(rows, p[j], kb0 + i0, i0);
       for (int i = i0; i < i0 + group_blocks; ++i) {
         const int64_t kb = kb0 + i;
-        const float* x = a.x + kb * a.x_block_stride;
         __m512 x0[MR], x1[MR];
-        for (int m = 0; m < MR; ++m) {
-          x0[m] = _mm512_loadu_ps(x + m * a.x_stride);
-          x1[m] = _mm512_loadu_ps(x + m * a.x_stride + 16);
-        }
+        load_x512<MR>(a, kb, x0, x1);
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           Policy::prefetch(rows, j, kb);
