@@ -123,7 +123,6 @@ struct AffinePolicy {
       p.b[k] = bf16_to_f32(r.p.biases[j][g0 + k]);
     }
   }
-  static int blocks_per_group_log2(const Rows& r) { return r.shift; }
   // A group's scale and bias; for 4-bit, `table` holds the 16 values a weight can take, scale x q
   // + bias for q = 0..15, which one permutation per pass looks up: it reads only the low 4 bits of
   // each index lane, so the low nibbles need no mask, and the conversion and dequantizing
