@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#endif
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
 #include <sys/auxv.h>
@@ -11,6 +14,18 @@
 namespace m3 {
 
 namespace {
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// The CPU family of an AMD processor (base plus extended family, CPUID leaf 1); 0 for others.
+int amd_family() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;  // "AuthenticAMD"
+  if (!amd || __get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  const int base = int((eax >> 8) & 0xf);
+  return base == 0xf ? base + int((eax >> 20) & 0xff) : base;
+}
+#endif
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -21,6 +36,7 @@ CpuFeatures detect() {
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
+  f.fast_subnormal_operands = amd_family() >= 0x1a;
 #elif defined(__aarch64__)
   f.neon = true;  // Advanced SIMD is part of the aarch64 baseline
 #if defined(__linux__)

@@ -16,6 +16,10 @@ struct CpuFeatures {
   bool avx2 = false;         // AVX2 + FMA + F16C, with the OS saving YMM state
   bool avx512 = false;       // AVX-512 F, BW, VL, DQ, with the OS saving ZMM state
   bool avx512_bf16 = false;  // vdpbf16ps (reported only; the fp32-exact kernels do not use it)
+  // fp32 multiplies take subnormal operands at full speed. Intel's cores handle them with a
+  // microcode assist (Intel's optimization manuals); measured on AMD Zen 5 (family 1Ah), which
+  // does not slow down (docs/BENCHMARKS.md §0q). Older AMD families are not measured, so false.
+  bool fast_subnormal_operands = false;
   bool neon = false;         // Advanced SIMD with fp32 FMA (every aarch64 CPU)
   bool sve = false;          // the Scalable Vector Extension
 };

@@ -21,8 +21,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
+#include <utility>
 
 #include "kernels/matmul_blocked_tile.h"
 
@@ -204,11 +207,135 @@ struct Mxfp8Policy {
   }
 };
 
-constexpr blocked::Table kDirect512 = blocked::make_table<Mxfp8Policy, true>();
 constexpr blocked::Table kDirect256 = blocked::make_table<Mxfp8Policy, false>();
 
+// The AVX-512 direct tiles (decode), a loop of their own: each row's block factors converted 32
+// blocks (a line of scale bytes) at a time, then a plain walk over the blocks two at a time (a
+// 64-byte line of codes per row, prefetched once). The shared blocked loop (matmul_blocked_tile.h)
+// kept a rare-scale test, a factor broadcast and a prefetch per block and row, and widened at 256
+// bits (docs/BENCHMARKS.md §0q). Either widening below gives each code's exact value times a power
+// of two, and one product by the block's factor rounds it once, so the weights are the panel
+// fill's and the FMAs are in the same order: the bits are the panel path's. NaN codes are found
+// on the raw bytes (a byte doubled is 0xfe for 0x7f and 0xff alone, and the largest doubled byte
+// is kept); a tile that saw one, or whose rows have a scale the widening's single factor cannot
+// hold, is done again by the shared loop's checked tile, which handles both. Real checkpoints have
+// neither.
+// The widenings (Mxfp8Widening, matmul_tile.h): F16 through e4m3x32's F16 pattern, value
+// e4m3 x 2^-8, so no fp32 subnormal is formed; F32 straight to fp32 bits, value e4m3 x 2^-120, two
+// conversions fewer per block, where E4M3 subnormals become fp32 subnormals, which some cores
+// multiply through a microcode assist.
+constexpr int kChunkBlocks = 32;
+
+// A block's 32 codes as fp32, lanes 0-15 and 16-31.
+template <Mxfp8Widening W>
+M3_AVX512 inline void widen_block(const uint8_t* p, __m512& lo, __m512& hi) {
+  if constexpr (W == Mxfp8Widening::F16) {
+    const __m512i h = _mm512_and_si512(
+        _mm512_slli_epi16(_mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 7),
+        _mm512_set1_epi16(int16_t(kF16Bits)));
+    lo = _mm512_cvtph_ps(_mm512_castsi512_si256(h));
+    hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(h, 1));
+  } else {
+    // Sign-extended to 32 bits and shifted up by 20, the byte's magnitude lands in bits 20-26 (the
+    // exponent's low 4 bits and the mantissa's top 3) and its sign in bits 27-31: keep bit 31.
+    const __m512i keep = _mm512_set1_epi32(int32_t(0x87f00000u));
+    lo = _mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 20), keep));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(
+        _mm512_slli_epi32(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), 20), keep));
+  }
+}
+
+// The factors 2^(s - 127) / (the widening's power of two) of n (<= 32) blocks' scale bytes, as
+// fp32 bits: exponent field s + 8 (F16) or s + 120 (F32). False if a scale's factor is not a
+// finite fp32 (s > 246, or s > 134): those take the checked tile's two factors.
+template <Mxfp8Widening W>
+M3_AVX512 inline bool chunk_factors(const uint8_t* src, int n, float* dst) {
+  constexpr int kShift = W == Mxfp8Widening::F16 ? 8 : 120;
+  const __mmask32 live = n >= 32 ? ~__mmask32(0) : (__mmask32(1) << n) - 1;
+  const __m256i bytes = _mm256_maskz_loadu_epi8(live, src);  // never past the tensor's end
+  if (_mm256_cmpgt_epu8_mask(bytes, _mm256_set1_epi8(char(254 - kShift))) != 0) return false;
+  const __m512i shift = _mm512_set1_epi32(kShift);
+  const __m512i lo = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(bytes));
+  const __m512i hi = _mm512_cvtepu8_epi32(_mm256_extracti128_si256(bytes, 1));
+  _mm512_store_si512(dst, _mm512_slli_epi32(_mm512_add_epi32(lo, shift), 23));
+  _mm512_store_si512(dst + 16, _mm512_slli_epi32(_mm512_add_epi32(hi, shift), 23));
+  return true;
+}
+
+template <Mxfp8Widening W, int MR, int NR>
+M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  const uint8_t* q[kMaxPanelRows];
+  const uint8_t* s[kMaxPanelRows];
+  row_pointers(w, n, row_step, NR, q, s);
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
+  __m256i doubled = _mm256_setzero_si256();  // the largest code byte doubled
+  const int64_t KB = a.K / kBlock;
+  alignas(64) float factor[NR][kChunkBlocks];
+  // Block kb (the i-th of its chunk) of every row; `line` where it starts a 64-byte line of codes.
+  auto block = [&](int64_t kb, int i, bool line) M3_AVX512 {
+    __m512 x0[MR], x1[MR];
+    blocked::load_x512<MR>(a, kb, x0, x1);
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* c = q[j] + kb * kBlock;
+      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + kPrefetchAhead), _MM_HINT_T0);
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+      doubled = _mm256_max_epu8(doubled, _mm256_add_epi8(raw, raw));
+      __m512 w0, w1;
+      widen_block<W>(c, w0, w1);
+      const __m512 f = _mm512_set1_ps(factor[j][i]);
+      w0 = _mm512_mul_ps(w0, f);
+      w1 = _mm512_mul_ps(w1, f);
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
+    }
+  };
+  for (int64_t kb0 = 0; kb0 < KB; kb0 += kChunkBlocks) {
+    const int nb = int(std::min<int64_t>(kChunkBlocks, KB - kb0));
+    for (int j = 0; j < NR; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(s[j] + kb0) + kScalePrefetchAhead, _MM_HINT_T0);
+      if (!chunk_factors<W>(s[j] + kb0, nb, factor[j])) return false;
+    }
+    int i = 0;
+    for (; i + 2 <= nb; i += 2) {
+      block(kb0 + i, i, true);
+      block(kb0 + i + 1, i + 1, false);
+    }
+    if (i < nb) block(kb0 + i, i, true);
+  }
+  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(doubled, _mm256_set1_epi8(char(0xfe)))) != 0) return false;
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
+  return true;
+}
+
+template <Mxfp8Widening W, int MR, int NR>
+M3_AVX512 void direct512_tile(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  if (!direct512_pass<W, MR, NR>(w, n, row_step, a))
+    blocked::tile512_pass<Mxfp8Policy, MR, NR, true>(w, n, row_step, a);
+}
+
+// The shapes the planner asks for: mr <= 4 with nr <= 6 (matmul_blocked_tile.h).
+template <Mxfp8Widening W, int MR, int... I>
+constexpr std::array<blocked::TileFn, blocked::kMaxNr + 1> direct512_row(std::integer_sequence<int, I...>) {
+  std::array<blocked::TileFn, blocked::kMaxNr + 1> row{};
+  ((row[I + 1] = &direct512_tile<W, MR, I + 1>), ...);
+  return row;
+}
+template <Mxfp8Widening W>
+constexpr blocked::Table direct512_table() {
+  constexpr auto nrs = std::make_integer_sequence<int, 6>{};
+  return {std::array<blocked::TileFn, blocked::kMaxNr + 1>{}, direct512_row<W, 1>(nrs), direct512_row<W, 2>(nrs),
+          direct512_row<W, 3>(nrs), direct512_row<W, 4>(nrs)};
+}
+
+template <Mxfp8Widening W>
 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
-  blocked::run(kDirect512, w, n, row_step, mr, nr, a);
+  static constexpr blocked::Table kTable = direct512_table<W>();
+  blocked::run(kTable, w, n, row_step, mr, nr, a);
 }
 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
   blocked::run(kDirect256, w, n, row_step, mr, nr, a);
@@ -216,10 +343,15 @@ void direct256(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int n
 
 }  // namespace
 
-BlockedTile mxfp8_direct_tile(CpuPath path) {
+Mxfp8Widening mxfp8_default_widening() {
+  return cpu_features().fast_subnormal_operands ? Mxfp8Widening::F32 : Mxfp8Widening::F16;
+}
+
+BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening widening) {
   switch (path) {
     case CpuPath::Avx2: return &direct256;
-    case CpuPath::Avx512: return &direct512;
+    case CpuPath::Avx512:
+      return widening == Mxfp8Widening::F32 ? &direct512<Mxfp8Widening::F32> : &direct512<Mxfp8Widening::F16>;
     default: return nullptr;
   }
 }
@@ -242,7 +374,9 @@ PanelFill mxfp8_panel_fill(CpuPath path) {
   const BlockedSimdKernels* f = simd_blocked_kernels(path);
   return f != nullptr ? f->mxfp8 : nullptr;
 }
-BlockedTile mxfp8_direct_tile(CpuPath path) {
+Mxfp8Widening mxfp8_default_widening() { return Mxfp8Widening::F16; }  // one widening here
+
+BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening) {
   const BlockedSimdKernels* f = simd_blocked_kernels(path);
   return f != nullptr ? f->mxfp8_tile : nullptr;
 }

@@ -135,18 +135,24 @@ TEST(Mxfp8Format, MatmulEqualsTheF32MatmulOfTheDequantizedWeightsOnEveryPath) {
 }
 
 // The direct tiles only flag NaN codes as they widen, and run a tile again with a check per block
-// when one was seen; scales past 2^119 take two multiplies. Rows holding either must still give
-// what the f32 matmul of the dequantized weights gives, at every M (direct tiles and panels), and
-// the rows beside them in the same tile must not change.
+// when one was seen; scales whose factor one fp32 cannot hold (past 2^119 for the F16 widening,
+// 2^7 for the F32 one) take two multiplies. Rows holding either must still give what the f32
+// matmul of the dequantized weights gives, at every M (direct tiles and panels), and the rows
+// beside them in the same tile must not change.
 TEST(Mxfp8Format, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
   ThreadPool pool(2);
-  const int64_t N = 40, K = 1024;  // 32 blocks: two chunks of block factors per row
+  const int64_t N = 40, K = 1056;  // 33 blocks: a second chunk of block factors with one block
+  const int64_t KB = K / 32;
   RandomMxfp8 m(N, K, 11);
-  m.q[size_t(5 * K + 700)] = 0x7f;  // row 5: a NaN code in the second chunk
-  m.q[size_t(6 * K + 3)] = 0xff;    // row 6: a negative NaN code in the first block
-  for (int64_t b = 0; b < K / 32; b += 3) m.scales[size_t(9 * (K / 32) + b)] = uint8_t(247 + b % 8);  // row 9
-  for (int64_t c = 0; c < K; ++c)  // row 9's values small enough that huge scales stay finite
-    if (m.scales[size_t(9 * (K / 32) + c / 32)] >= 247) m.q[size_t(9 * K + c)] &= 0x87;
+  m.q[size_t(5 * K + 700)] = 0x7f;   // row 5: a NaN code in the first chunk
+  m.q[size_t(6 * K + 1040)] = 0xff;  // row 6: a negative NaN code in the last block
+  for (int64_t b = 0; b < KB; b += 3) m.scales[size_t(9 * KB + b)] = uint8_t(247 + b % 8);  // row 9
+  for (int64_t b = 1; b < KB; b += 4) m.scales[size_t(12 * KB + b)] = uint8_t(135 + 4 * b);  // row 12: 2^8..2^127
+  for (int64_t b = 0; b < KB; b += 2) m.scales[size_t(14 * KB + b)] = uint8_t(b % 9);  // row 14: subnormal products
+  for (int64_t c = 0; c < K; ++c) {  // rows 9 and 12: values small enough that huge scales stay finite
+    if (m.scales[size_t(9 * KB + c / 32)] >= 247) m.q[size_t(9 * K + c)] &= 0x87;
+    if (m.scales[size_t(12 * KB + c / 32)] >= 135) m.q[size_t(12 * K + c)] &= 0x87;
+  }
   const std::vector<float> d = dequantized(m.w);
   const LinearWeight f = dense_weight(DType::F32, d.data(), N, K);
   for (CpuPath path : {CpuPath::Generic, CpuPath::Avx2, CpuPath::Avx512, CpuPath::Neon, CpuPath::Sve}) {
@@ -158,24 +164,31 @@ TEST(Mxfp8Format, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
     const matmul_detail::BlockedTile highway = h != nullptr && h->mxfp8_tile != matmul_detail::mxfp8_direct_tile(path)
                                                    ? h->mxfp8_tile
                                                    : nullptr;
+    // Every widening of the path's own direct tiles, whichever this CPU runs by default.
+    std::vector<std::pair<std::string, matmul_detail::BlockedTile>> forced_tiles;
+    if (highway != nullptr) forced_tiles.emplace_back(" (Highway tiles)", highway);
+    for (auto [name, widening] : {std::pair{" (F16 widening)", matmul_detail::Mxfp8Widening::F16},
+                                  std::pair{" (F32 widening)", matmul_detail::Mxfp8Widening::F32}})
+      if (path == CpuPath::Avx512) forced_tiles.emplace_back(name, matmul_detail::mxfp8_direct_tile(path, widening));
     for (int64_t M : {1, 3, 40}) {
       std::mt19937 rng{unsigned(M) + 100};
       std::normal_distribution<float> nd;
       std::vector<float> x(size_t(M * K)), y(size_t(M * N)), want(y.size());
       for (auto& v : x) v = nd(rng) * 1e-30f;  // keeps row 9's products finite
       fk(path, pool, x.data(), nullptr, M, f, want.data());
-      for (bool forced : {false, true}) {
-        if (forced && (highway == nullptr || M > 3)) continue;
+      for (size_t t = 0; t <= forced_tiles.size(); ++t) {
+        const bool forced = t > 0;
+        if (forced && M > 3) continue;
         std::fill(y.begin(), y.end(), 0.0f);
         if (forced) {
           matmul_detail::MatmulPlan p = matmul_detail::default_matmul_plan(path, M, N, K);
           p.blocked = false;
-          p.blocked_tile = highway;
+          p.blocked_tile = forced_tiles[t - 1].second;
           matmul_detail::matmul_run(path, p, pool, x.data(), nullptr, M, m.w, y.data());
         } else {
           mk(path, pool, x.data(), nullptr, M, m.w, y.data());
         }
-        const std::string what = std::string(cpu_path_name(path)) + (forced ? " (Highway tiles)" : "");
+        const std::string what = std::string(cpu_path_name(path)) + (forced ? forced_tiles[t - 1].first : "");
         for (int64_t i = 0; i < M; ++i)
           for (int64_t n = 0; n < N; ++n) {
             const float got = y[size_t(i * N + n)], exp = want[size_t(i * N + n)];
