@@ -207,7 +207,6 @@ struct Mxfp8Policy {
   }
 };
 
-constexpr blocked::Table kDirect256 = blocked::make_table<Mxfp8Policy, false>();
 
 // The AVX-512 direct tiles (decode), a loop of their own: each row's block factors converted 32
 // blocks (a line of scale bytes) at a time, then a plain walk over the blocks two at a time (a
@@ -337,8 +336,119 @@ void direct512(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int n
   static constexpr blocked::Table kTable = direct512_table<W>();
   blocked::run(kTable, w, n, row_step, mr, nr, a);
 }
+
+// The AVX2 direct tiles: the same loop as direct512_pass, with the same two widenings at 256
+// bits (F16: e4m3x16's; F32: four sign-extending loads of 8 codes), the values and the FMA order
+// of tile256_pass.
+template <Mxfp8Widening W>
+M3_AVX2 inline void widen_block256(const uint8_t* p, __m256 (&v)[4]) {
+  if constexpr (W == Mxfp8Widening::F16) {
+    __m256i unused = _mm256_setzero_si256();  // NaN codes: the tile checks the raw bytes
+    e4m3x16(p, v[0], v[1], unused);
+    e4m3x16(p + 16, v[2], v[3], unused);
+  } else {
+    const __m256i keep = _mm256_set1_epi32(int32_t(0x87f00000u));
+    for (int c = 0; c < 4; ++c)
+      v[c] = _mm256_castsi256_ps(_mm256_and_si256(
+          _mm256_slli_epi32(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8 * c))), 20),
+          keep));
+  }
+}
+
+template <Mxfp8Widening W>
+M3_AVX2 inline bool chunk_factors256(const uint8_t* src, int n, float* dst) {
+  constexpr int kShift = W == Mxfp8Widening::F16 ? 8 : 120;
+  alignas(32) uint8_t tail[kChunkBlocks] = {};
+  if (n < kChunkBlocks) {  // the row's last chunk: a full load could leave the tensor
+    for (int i = 0; i < n; ++i) tail[i] = src[i];
+    src = tail;
+  }
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  const __m256i limit = _mm256_set1_epi8(char(254 - kShift));  // no unsigned byte compare on AVX2
+  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(bytes, limit), limit)) != -1) return false;
+  const __m256i shift = _mm256_set1_epi32(kShift);
+  for (int q = 0; q < 4; ++q) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 8 * q)));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + 8 * q), _mm256_slli_epi32(_mm256_add_epi32(v, shift), 23));
+  }
+  return true;
+}
+
+template <Mxfp8Widening W, int MR, int NR>
+M3_AVX2 bool direct256_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  const uint8_t* q[kMaxPanelRows];
+  const uint8_t* s[kMaxPanelRows];
+  row_pointers(w, n, row_step, NR, q, s);
+  __m256 acc[MR][NR][2];
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
+  __m256i doubled = _mm256_setzero_si256();  // the largest code byte doubled, as in direct512_pass
+  const int64_t KB = a.K / kBlock;
+  alignas(32) float factor[NR][kChunkBlocks];
+  auto block = [&](int64_t kb, int i, bool line) M3_AVX2 {
+    const float* x = a.x + kb * a.x_block_stride;
+#pragma GCC unroll 8
+    for (int j = 0; j < NR; ++j) {
+      const uint8_t* c = q[j] + kb * kBlock;
+      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + kPrefetchAhead), _MM_HINT_T0);
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+      doubled = _mm256_max_epu8(doubled, _mm256_add_epi8(raw, raw));
+      __m256 v[4];
+      widen_block256<W>(c, v);
+      const __m256 f = _mm256_broadcast_ss(&factor[j][i]);
+      for (int c4 = 0; c4 < 4; ++c4) v[c4] = _mm256_mul_ps(v[c4], f);
+#pragma GCC unroll 4
+      for (int m = 0; m < MR; ++m) {
+        const float* xm = x + m * a.x_stride;
+        acc[m][j][0] =
+            _mm256_fmadd_ps(_mm256_loadu_ps(xm + 16), v[2], _mm256_fmadd_ps(_mm256_loadu_ps(xm), v[0], acc[m][j][0]));
+        acc[m][j][1] =
+            _mm256_fmadd_ps(_mm256_loadu_ps(xm + 24), v[3], _mm256_fmadd_ps(_mm256_loadu_ps(xm + 8), v[1], acc[m][j][1]));
+      }
+    }
+  };
+  for (int64_t kb0 = 0; kb0 < KB; kb0 += kChunkBlocks) {
+    const int nb = int(std::min<int64_t>(kChunkBlocks, KB - kb0));
+    for (int j = 0; j < NR; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(s[j] + kb0) + kScalePrefetchAhead, _MM_HINT_T0);
+      if (!chunk_factors256<W>(s[j] + kb0, nb, factor[j])) return false;
+    }
+    int i = 0;
+    for (; i + 2 <= nb; i += 2) {
+      block(kb0 + i, i, true);
+      block(kb0 + i + 1, i + 1, false);
+    }
+    if (i < nb) block(kb0 + i, i, true);
+  }
+  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(doubled, _mm256_set1_epi8(char(0xfe)))) != 0) return false;
+  for (int m = 0; m < MR; ++m)
+    for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
+  return true;
+}
+
+template <Mxfp8Widening W, int MR, int NR>
+M3_AVX2 void direct256_tile(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+  if (!direct256_pass<W, MR, NR>(w, n, row_step, a)) blocked::tile256_pass<Mxfp8Policy, MR, NR, true>(w, n, row_step, a);
+}
+
+// The AVX2 planner's shapes: mr <= 3 with nr <= 6, 3, 2.
+template <Mxfp8Widening W, int MR, int... I>
+constexpr std::array<blocked::TileFn, blocked::kMaxNr + 1> direct256_row(std::integer_sequence<int, I...>) {
+  std::array<blocked::TileFn, blocked::kMaxNr + 1> row{};
+  ((row[I + 1] = &direct256_tile<W, MR, I + 1>), ...);
+  return row;
+}
+template <Mxfp8Widening W>
+constexpr blocked::Table direct256_table() {
+  return {std::array<blocked::TileFn, blocked::kMaxNr + 1>{}, direct256_row<W, 1>(std::make_integer_sequence<int, 6>{}),
+          direct256_row<W, 2>(std::make_integer_sequence<int, 3>{}),
+          direct256_row<W, 3>(std::make_integer_sequence<int, 2>{}), std::array<blocked::TileFn, blocked::kMaxNr + 1>{}};
+}
+
+template <Mxfp8Widening W>
 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
-  blocked::run(kDirect256, w, n, row_step, mr, nr, a);
+  static constexpr blocked::Table kTable = direct256_table<W>();
+  blocked::run(kTable, w, n, row_step, mr, nr, a);
 }
 
 }  // namespace
@@ -349,7 +459,8 @@ Mxfp8Widening mxfp8_default_widening() {
 
 BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening widening) {
   switch (path) {
-    case CpuPath::Avx2: return &direct256;
+    case CpuPath::Avx2:
+      return widening == Mxfp8Widening::F32 ? &direct256<Mxfp8Widening::F32> : &direct256<Mxfp8Widening::F16>;
     case CpuPath::Avx512:
       return widening == Mxfp8Widening::F32 ? &direct512<Mxfp8Widening::F32> : &direct512<Mxfp8Widening::F16>;
     default: return nullptr;

@@ -122,10 +122,10 @@ PanelFill affine_panel_fill(CpuPath path, int bits);
 // TileKernels::run for the weight rows n, n + row_step, ... (nr of them) of w, each 32-block
 // widened in registers to the values its panel fill writes (the same bits as the panel path).
 using BlockedTile = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a);
-// How the AVX-512 MXFP8 direct tiles widen E4M3 codes (matmul_mxfp8.cpp); both give the same bits.
-// F16: through the F16 conversion. F32: straight to fp32 bits, two operations fewer per block, but
-// E4M3 subnormals become fp32 subnormal operands, so only for cores that multiply those at full
-// speed (CpuFeatures::fast_subnormal_operands). The other paths have one widening each.
+// How the AVX2 and AVX-512 MXFP8 direct tiles widen E4M3 codes (matmul_mxfp8.cpp); both give the
+// same bits. F16: through the F16 conversion. F32: straight to fp32 bits, without the conversions,
+// but E4M3 subnormals become fp32 subnormal operands, so only for cores that multiply those at
+// full speed (CpuFeatures::fast_subnormal_operands). NEON and SVE have one widening.
 enum class Mxfp8Widening { F16, F32 };
 Mxfp8Widening mxfp8_default_widening();
 BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening widening = mxfp8_default_widening());

@@ -169,7 +169,8 @@ TEST(Mxfp8Format, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
     if (highway != nullptr) forced_tiles.emplace_back(" (Highway tiles)", highway);
     for (auto [name, widening] : {std::pair{" (F16 widening)", matmul_detail::Mxfp8Widening::F16},
                                   std::pair{" (F32 widening)", matmul_detail::Mxfp8Widening::F32}})
-      if (path == CpuPath::Avx512) forced_tiles.emplace_back(name, matmul_detail::mxfp8_direct_tile(path, widening));
+      if (path == CpuPath::Avx512 || path == CpuPath::Avx2)
+        forced_tiles.emplace_back(name, matmul_detail::mxfp8_direct_tile(path, widening));
     for (int64_t M : {1, 3, 40}) {
       std::mt19937 rng{unsigned(M) + 100};
       std::normal_distribution<float> nd;
