@@ -225,6 +225,25 @@ struct Mxfp8Policy {
 // multiply through a microcode assist.
 constexpr int kChunkBlocks = 32;
 
+// The direct tiles' walk over the blocks of K: chunk(kb0, nb) readies the factors of blocks kb0 ..
+// kb0 + nb - 1 (false: the tile cannot run them), then block(kb, i, line) runs each block (i =
+// kb - kb0), two at a time, so that `line` marks the first block of each 64-byte line of codes.
+// Always inlined, so that the tiles' lambdas inline into their own target's code.
+template <class Chunk, class Block>
+__attribute__((always_inline)) inline bool walk_blocks(int64_t KB, Chunk& chunk, Block& block) {
+  for (int64_t kb0 = 0; kb0 < KB; kb0 += kChunkBlocks) {
+    const int nb = int(std::min<int64_t>(kChunkBlocks, KB - kb0));
+    if (!chunk(kb0, nb)) return false;
+    int i = 0;
+    for (; i + 2 <= nb; i += 2) {
+      block(kb0 + i, i, true);
+      block(kb0 + i + 1, i + 1, false);
+    }
+    if (i < nb) block(kb0 + i, i, true);
+  }
+  return true;
+}
+
 // A block's 32 codes as fp32, lanes 0-15 and 16-31.
 template <Mxfp8Widening W>
 M3_AVX512 inline void widen_block(const uint8_t* p, __m512& lo, __m512& hi) {
@@ -292,19 +311,14 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
       for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
     }
   };
-  for (int64_t kb0 = 0; kb0 < KB; kb0 += kChunkBlocks) {
-    const int nb = int(std::min<int64_t>(kChunkBlocks, KB - kb0));
+  auto chunk = [&](int64_t kb0, int nb) M3_AVX512 {
     for (int j = 0; j < NR; ++j) {
       _mm_prefetch(reinterpret_cast<const char*>(s[j] + kb0) + kScalePrefetchAhead, _MM_HINT_T0);
       if (!chunk_factors<W>(s[j] + kb0, nb, factor[j])) return false;
     }
-    int i = 0;
-    for (; i + 2 <= nb; i += 2) {
-      block(kb0 + i, i, true);
-      block(kb0 + i + 1, i + 1, false);
-    }
-    if (i < nb) block(kb0 + i, i, true);
-  }
+    return true;
+  };
+  if (!walk_blocks(KB, chunk, block)) return false;
   if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(doubled, _mm256_set1_epi8(char(0xfe)))) != 0) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
@@ -407,19 +421,14 @@ M3_AVX2 bool direct256_pass(const LinearWeight& w, int64_t n, int64_t row_step, 
       }
     }
   };
-  for (int64_t kb0 = 0; kb0 < KB; kb0 += kChunkBlocks) {
-    const int nb = int(std::min<int64_t>(kChunkBlocks, KB - kb0));
+  auto chunk = [&](int64_t kb0, int nb) M3_AVX2 {
     for (int j = 0; j < NR; ++j) {
       _mm_prefetch(reinterpret_cast<const char*>(s[j] + kb0) + kScalePrefetchAhead, _MM_HINT_T0);
       if (!chunk_factors256<W>(s[j] + kb0, nb, factor[j])) return false;
     }
-    int i = 0;
-    for (; i + 2 <= nb; i += 2) {
-      block(kb0 + i, i, true);
-      block(kb0 + i + 1, i + 1, false);
-    }
-    if (i < nb) block(kb0 + i, i, true);
-  }
+    return true;
+  };
+  if (!walk_blocks(KB, chunk, block)) return false;
   if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(doubled, _mm256_set1_epi8(char(0xfe)))) != 0) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
