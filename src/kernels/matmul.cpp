@@ -543,6 +543,16 @@ MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path) {
 // The dense tile kernels' path.
 const char* matmul_kernel_name() { return cpu_path_name(matmul_detail::tile_tables().path_of(cpu_active_path())); }
 
+const char* mxfp8_widening_name() {
+  switch (cpu_active_path()) {
+    case CpuPath::Generic: return "tables";
+    case CpuPath::Avx2:
+    case CpuPath::Avx512:
+      return matmul_detail::mxfp8_default_widening() == matmul_detail::Mxfp8Widening::F32 ? "f32" : "f16";
+    default: return "f16";  // NEON and SVE
+  }
+}
+
 void matmul(ThreadPool& pool, const float* x, int64_t M, const LinearWeight& w, float* y) {
   run_matmul(pool, x, nullptr, M, w, y);
 }

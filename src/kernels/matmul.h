@@ -34,6 +34,9 @@ MatmulKernel find_matmul_kernel(const WeightFormat& format, CpuPath path);
 
 // Which kernels matmul uses here: "avx512", "avx2" or "generic" (M3_CPU can force one).
 const char* matmul_kernel_name();
+// How MXFP8's direct tiles widen E4M3 codes here: "f32" or "f16" (docs/FORMATS.md), or "tables"
+// on the generic path.
+const char* mxfp8_widening_name();
 
 
 }  // namespace m3

@@ -137,6 +137,18 @@ check("bench matmul --kernels: the decode kernels at M = 1, each path's panel pa
       "Decode kernels of affine4-g32" in fj["tables"][1]["title"] and simd_decode <= set(decode)
       and all(r["ns_per_32"] > 0 and r["gflops"] > 0 for r in fj["tables"][1]["rows"])
       and fj["tables"][2]["rows"][0]["gflops"] > 0, json.dumps(fj)[:800])
+# MXFP8: both widenings of the x86 direct tiles, the one this CPU runs marked and named in the facts.
+xj = json.loads(run("bench", "matmul", "--weights", "mxfp8", "--kernels", "-m", "1", "-s", "12x128", "-r", "1",
+                    "--stream-mib", "0", "--skip-bounds", "-o", "json").stdout)
+xdecode = [r["kernel"] for r in xj["tables"][1]["rows"]]
+widening = xj["run"]["mxfp8_widening"]
+if platform.machine() == "x86_64":
+    check("bench matmul --kernels, mxfp8: both AVX2 widenings timed, this CPU's marked as the facts name it",
+          widening in ("f16", "f32") and f"avx2 direct ({widening.upper()} widening, this CPU's)" in xdecode
+          and f"avx2 direct ({'F32' if widening == 'f16' else 'F16'} widening)" in xdecode
+          and all(r["ns_per_32"] > 0 for r in xj["tables"][1]["rows"]), json.dumps(xj)[:800])
+else:
+    check("bench matmul --kernels, mxfp8: the facts name the widening", widening in ("f16", "tables"), widening)
 bad_f = run("bench", "matmul", "--fills", "-s", "64x64", "-m", "1", "-r", "1", "--skip-bounds", ok=False)
 check("bench matmul --kernels (or --fills) on a dense format is one error line",
       bad_f.returncode != 0 and "--kernels" in bad_f.stderr, bad_f.stderr)

@@ -67,6 +67,7 @@ void BenchReport::machine_facts(int threads, const MachineBounds& bounds) {
   fact("best_cpu_path", cpu_path_name(cpu_best_path()));
   fact("attention_kernels", attention_kernel_name());
   fact("matmul_kernels", matmul_kernel_name());
+  fact("mxfp8_widening", mxfp8_widening_name());
   fact("threads", threads);
   if (bounds.read_bandwidth_gbs > 0) fact("read_bandwidth_gbs", Cell(bounds.read_bandwidth_gbs, "%.1f"));
   if (bounds.fma_peak_gflops > 0) fact("fma_peak_gflops", Cell(bounds.fma_peak_gflops, "%.0f"));
