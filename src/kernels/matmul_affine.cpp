@@ -93,7 +93,6 @@ M3_AVX2 inline void block_ints256(const uint8_t* p, __m256i (&v)[4]) {
 template <int Bits>
 struct AffinePolicy {
   static constexpr int kBlockBytes = kBlock * Bits / 8;
-  static constexpr uint32_t kBadBits = 0;  // every value widens exactly
   struct Rows {
     RowPointers p;
     int shift;
@@ -139,9 +138,8 @@ struct AffinePolicy {
       v.table = _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), v.scale, v.bias);
     return v;
   }
-  template <bool Checked>
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, const Group512& g, int,
-                                 __m512& w0, __m512& w1, __m512i&) {
+                                 __m512& w0, __m512& w1) {
     const uint8_t* q = r.p.q[j] + kb * kBlockBytes;
     if constexpr (Bits == 4) {
       const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
@@ -154,9 +152,8 @@ struct AffinePolicy {
       w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), g.scale, g.bias);
     }
   }
-  template <bool Checked>
   M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i,
-                               __m256 (&v)[4], __m256i&) {
+                               __m256 (&v)[4]) {
     const int g = group_in_chunk(r, kb, kb - i);
     const __m256 s = _mm256_set1_ps(p.a[g]), b = _mm256_set1_ps(p.b[g]);
     __m256i q[4];
@@ -251,7 +248,7 @@ M3_AVX2 inline void side_to_f32_256(const uint16_t* src, int n, float* dst) {
   }
 }
 
-// The AVX2 direct tiles, the same loop as direct512: AffinePolicy's widen256 and tile256_pass's
+// The AVX2 direct tiles, the same loop as direct512: AffinePolicy's widen256 and tile256_checked's
 // multiply-adds in the same order, so the same bits. The scale and bias are broadcast from memory
 // per block and row, as 16 registers hold no more than the tile's lanes and x.
 template <int Bits, int MR, int NR, int GB>

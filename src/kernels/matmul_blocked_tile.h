@@ -1,42 +1,34 @@
 #pragma once
-// Direct tiles and panel fills for blocked weight formats (MXFP8, affine) on AVX-512 and AVX2.
-// Like the dense formats' direct tiles (matmul_avx512.cpp), they stream each weight row once over
-// all of K and widen every 32-block in registers, so nothing is stored and read back through a
-// panel; the format supplies the widening (a Policy, below). The arithmetic is the lane order of
-// matmul_tile.h (per lane: pass 0, then pass 1, block after block; the fixed 16-lane sum), with
-// the exact dequantized values the format's panel fill writes, so a row's result has the panel
-// path's bits and never depends on M.
+// The shared loops of the blocked weight formats (MXFP8, affine) on AVX-512 and AVX2: the panel
+// fills (prefill) and MXFP8's checked direct tiles. The format supplies the widening (a Policy,
+// below). The arithmetic is the lane order of matmul_tile.h (per lane: pass 0, then pass 1, block
+// after block; the fixed 16-lane sum), with the exact dequantized values, so a row's result has the
+// panel path's bits and never depends on M.
+//
+// Decode runs each format's own direct tiles (matmul_mxfp8.cpp, matmul_affine.cpp: plain loops,
+// docs/BENCHMARKS.md §0p and §0q). An MXFP8 direct tile that meets a NaN code or a scale its
+// single factor cannot hold runs again through the checked tiles here, which take the tables for
+// a block with a NaN code and two multiplies for a huge scale.
 //
 // A format turns each row's per-block (MXFP8) or per-group (affine) factors into fp32 once per
 // chunk of kParamBlocks blocks (Policy::params), into a small array the widening broadcasts from
 // memory: converting them in the inner loop cost a scalar-to-vector move and a broadcast shuffle
-// per block and row (docs/BENCHMARKS.md §0h, §0i).
-//
-// The AVX-512 tiles go group by group: a row's factors for a group of blocks (affine: 1, 2 or 4
-// blocks share a scale and a bias; MXFP8: each block has its own) are put in registers once per
-// group (Policy::group512) and kept for the group's blocks, where broadcasting them per block and
-// row cost 13-16% of an affine decode (docs/BENCHMARKS.md §0n). The direct tiles here now serve
-// MXFP8; the affine formats have simpler loops of their own (matmul_affine.cpp, §0p), and use
-// this file for their panel fills.
+// per block and row (docs/BENCHMARKS.md §0h, §0i). The AVX-512 loops go group by group: a row's
+// factors for a group of blocks (affine: 1, 2 or 4 blocks share a scale and a bias; MXFP8: each
+// block has its own) are put in registers once per group (Policy::group512).
 //
 // A Policy provides:
 //   struct Rows { Rows(const LinearWeight& w, int64_t n, int64_t row_step, int nr); };  // nr <= 16 (a panel)
 //   static void params(const Rows&, int j, int64_t kb0, int nb, BlockParams&);  // blocks kb0 .. kb0+nb-1 of row j
-//   static int blocks_per_group_log2(const Rows&);  // a direct tile's chunks of kParamBlocks hold whole groups
+//   static int blocks_per_group_log2(const Rows&);  // the checked tiles' chunks hold whole groups
+//                                                    // (only MXFP8, whose groups are single blocks)
 //   struct Group512;  // a row's factors for one group, in registers
 //   static Group512 group512(const Rows&, const BlockParams&, int64_t kb, int i);  // block kb's group;
 //                                                                                   // i = kb - kb0
-//   template <bool Checked> static void widen512(const Rows&, int j, int64_t kb, const BlockParams&,
-//                                                const Group512&, int i, __m512& pass0, __m512& pass1,
-//                                                __m512i& bad);
-//   template <bool Checked> static void widen256(const Rows&, int j, int64_t kb, const BlockParams&, int i,
-//                                                __m256 (&v)[4], __m256i& bad);
-//       // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1. i = kb - kb0. The unchecked widening
-//       // may OR anything into `bad`; where it cannot give the exact values (MXFP8's NaN codes) it
-//       // sets some of the bits kBadBits (in every 32-bit lane), and the tile then runs again with
-//       // the checked one (Checked = true), which always can: a test per tile instead of a branch
-//       // per block.
-//   static constexpr uint32_t kBadBits;
+//   static void widen512(const Rows&, int j, int64_t kb, const BlockParams&, const Group512&, int i,
+//                        __m512& pass0, __m512& pass1);  // the block's exact values
+//   static void widen256(const Rows&, int j, int64_t kb, const BlockParams&, int i, __m256 (&v)[4]);
+//       // AVX2: lanes 0-7, 8-15 of pass 0, then of pass 1. i = kb - kb0.
 //   static void prefetch(const Rows&, int j, int64_t kb);
 // Included only by the format files, which are compiled for plain x86-64 with per-function targets.
 #include <immintrin.h>
@@ -45,7 +37,6 @@
 #include <array>
 #include <cstdint>
 #include <cstdlib>
-#include <utility>
 
 #include "kernels/matmul_reduce.h"
 #include "kernels/matmul_tile.h"
@@ -74,15 +65,14 @@ M3_BLOCKED_AVX512 inline void load_x512(const TileArgs& a, int64_t kb, __m512 (&
   }
 }
 
-template <class Policy, int MR, int NR, bool Checked>
-M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+template <class Policy, int MR, int NR>
+M3_BLOCKED_AVX512 void tile512_checked(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   const typename Policy::Rows rows(w, n, row_step, NR);
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   const int64_t KB = a.K / kBlock;  // blocked formats have whole blocks
   const int group_blocks = 1 << Policy::blocks_per_group_log2(rows);
-  __m512i bad = _mm512_setzero_si512();
   BlockParams p[NR];
   for (int64_t kb0 = 0; kb0 < KB; kb0 += kParamBlocks) {
     const int nb = int(std::min<int64_t>(kParamBlocks, KB - kb0));
@@ -98,32 +88,24 @@ M3_BLOCKED_AVX512 bool tile512_pass(const LinearWeight& w, int64_t n, int64_t ro
         for (int j = 0; j < NR; ++j) {
           Policy::prefetch(rows, j, kb);
           __m512 w0, w1;
-          Policy::template widen512<Checked>(rows, j, kb, p[j], g[j], i, w0, w1, bad);
+          Policy::widen512(rows, j, kb, p[j], g[j], i, w0, w1);
 #pragma GCC unroll 4
           for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
         }
       }
     }
   }
-  if (_mm512_test_epi32_mask(bad, _mm512_set1_epi32(int(Policy::kBadBits))) != 0) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
-  return true;
 }
 
 template <class Policy, int MR, int NR>
-M3_BLOCKED_AVX512 void tile512(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
-  if (!tile512_pass<Policy, MR, NR, false>(w, n, row_step, a)) tile512_pass<Policy, MR, NR, true>(w, n, row_step, a);
-}
-
-template <class Policy, int MR, int NR, bool Checked>
-M3_BLOCKED_AVX2 bool tile256_pass(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
+M3_BLOCKED_AVX2 void tile256_checked(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   const typename Policy::Rows rows(w, n, row_step, NR);
   __m256 acc[MR][NR][2];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
   const int64_t KB = a.K / kBlock;
-  __m256i bad = _mm256_setzero_si256();
   BlockParams p[NR];
   for (int64_t kb0 = 0; kb0 < KB; kb0 += kParamBlocks) {
     const int nb = int(std::min<int64_t>(kParamBlocks, KB - kb0));
@@ -135,7 +117,7 @@ M3_BLOCKED_AVX2 bool tile256_pass(const LinearWeight& w, int64_t n, int64_t row_
       for (int j = 0; j < NR; ++j) {
         Policy::prefetch(rows, j, kb);
         __m256 v[4];
-        Policy::template widen256<Checked>(rows, j, kb, p[j], i, v, bad);
+        Policy::widen256(rows, j, kb, p[j], i, v);
 #pragma GCC unroll 4
         for (int m = 0; m < MR; ++m) {
           const float* xm = x + m * a.x_stride;
@@ -147,20 +129,12 @@ M3_BLOCKED_AVX2 bool tile256_pass(const LinearWeight& w, int64_t n, int64_t row_
       }
     }
   }
-  if (!_mm256_testz_si256(bad, _mm256_set1_epi32(int(Policy::kBadBits)))) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j][0], acc[m][j][1]);
-  return true;
-}
-
-template <class Policy, int MR, int NR>
-M3_BLOCKED_AVX2 void tile256(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
-  if (!tile256_pass<Policy, MR, NR, false>(w, n, row_step, a)) tile256_pass<Policy, MR, NR, true>(w, n, row_step, a);
 }
 
 // The panel fill of the same format (PanelFill, matmul_tile.h): blocks [kb0, kb1) of `rows` rows
-// widened as the direct tiles widen them, stored block-major for the panel tiles (prefill). The
-// checked widening throughout: a panel is reused by many rows of x, so it is not the limit.
+// widened as the direct tiles widen them, stored block-major for the panel tiles (prefill).
 template <class Policy>
 M3_BLOCKED_AVX512 void fill512(const LinearWeight& w, int64_t n, int64_t row_step, int rows, int64_t kb0, int64_t kb1,
                                float* panel) {
@@ -174,8 +148,7 @@ M3_BLOCKED_AVX512 void fill512(const LinearWeight& w, int64_t n, int64_t row_ste
         const int64_t kb = c0 + i;
         Policy::prefetch(r, j, kb);
         __m512 w0, w1;
-        __m512i unused = _mm512_setzero_si512();
-        Policy::template widen512<true>(r, j, kb, p, Policy::group512(r, p, kb, i), i, w0, w1, unused);
+        Policy::widen512(r, j, kb, p, Policy::group512(r, p, kb, i), i, w0, w1);
         float* out = panel + ((kb - kb0) * rows + j) * kBlock;
         _mm512_store_ps(out, w0);
         _mm512_store_ps(out + 16, w1);
@@ -196,8 +169,7 @@ M3_BLOCKED_AVX2 void fill256(const LinearWeight& w, int64_t n, int64_t row_step,
         const int64_t kb = c0 + i;
         Policy::prefetch(r, j, kb);
         __m256 v[4];
-        __m256i unused = _mm256_setzero_si256();
-        Policy::template widen256<true>(r, j, kb, p, i, v, unused);
+        Policy::widen256(r, j, kb, p, i, v);
         float* out = panel + ((kb - kb0) * rows + j) * kBlock;
         for (int q = 0; q < 4; ++q) _mm256_store_ps(out + 8 * q, v[q]);
       }
@@ -206,32 +178,10 @@ M3_BLOCKED_AVX2 void fill256(const LinearWeight& w, int64_t n, int64_t row_step,
 
 // Tables of the (MR, NR) shapes the planner asks for (run_range's direct tiles: nr is at most the
 // path's nr_for_mr[mr] and at most 6 streams): AVX-512 mr <= 4, AVX2 mr <= 3 with nr <= 6, 3, 2.
-// Each shape is a function of its own, so the table is kept to those.
+// Each shape is a function of its own; the formats fill their tables (matmul_mxfp8.cpp).
 using TileFn = void (*)(const LinearWeight&, int64_t, int64_t, const TileArgs&);
 constexpr int kMaxMr = 4, kMaxNr = 8;
 using Table = std::array<std::array<TileFn, kMaxNr + 1>, kMaxMr + 1>;
-
-template <class Policy, bool Avx512, int MR, int... I>
-constexpr std::array<TileFn, kMaxNr + 1> make_row(std::integer_sequence<int, I...>) {
-  std::array<TileFn, kMaxNr + 1> r{};
-  if constexpr (Avx512) ((r[I + 1] = &tile512<Policy, MR, I + 1>), ...);
-  else ((r[I + 1] = &tile256<Policy, MR, I + 1>), ...);
-  return r;
-}
-
-template <class Policy, bool Avx512>
-constexpr Table make_table() {
-  if constexpr (Avx512) {
-    return {std::array<TileFn, kMaxNr + 1>{}, make_row<Policy, true, 1>(std::make_integer_sequence<int, 6>{}),
-            make_row<Policy, true, 2>(std::make_integer_sequence<int, 6>{}),
-            make_row<Policy, true, 3>(std::make_integer_sequence<int, 6>{}),
-            make_row<Policy, true, 4>(std::make_integer_sequence<int, 6>{})};
-  } else {
-    return {std::array<TileFn, kMaxNr + 1>{}, make_row<Policy, false, 1>(std::make_integer_sequence<int, 6>{}),
-            make_row<Policy, false, 2>(std::make_integer_sequence<int, 3>{}),
-            make_row<Policy, false, 3>(std::make_integer_sequence<int, 2>{}), std::array<TileFn, kMaxNr + 1>{}};
-  }
-}
 
 inline void run(const Table& t, const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a) {
   if (mr < 1 || mr > kMaxMr || nr < 1 || nr > kMaxNr || t[size_t(mr)][size_t(nr)] == nullptr) std::abort();  // a planning bug

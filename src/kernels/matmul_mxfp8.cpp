@@ -79,24 +79,21 @@ M3_AVX2 inline bool has_nan_code(const uint8_t* q) {
 // E4M3 bytes as F16 bits: sign-extended to 16 bits and shifted up by 7, a byte has its sign in
 // bits 15 and 14 and its magnitude in bits 7-13 (bits 0-6 are zero), so clearing bit 14 leaves the
 // F16 of value e4m3 x 2^-8: two integer operations after the widening load, where placing the sign
-// and the magnitude apart took four. The NaN codes are the magnitude 0x7f: adding 1 to the
-// magnitude (0x80 in these bits) carries into bit 14 for them alone, the bit `kNanBit` that the
-// caller ORs into its flags.
-constexpr uint16_t kF16Bits = 0xbf80, kNanCarry = 0x0080, kNanBit = 0x4000;
+// and the magnitude apart took four.
+constexpr uint16_t kF16Bits = 0xbf80;
 
 // 16 E4M3 bytes as F16 bits in one 16 x 16-bit vector, widened to fp32 in halves.
-M3_AVX2 inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi, __m256i& nan) {
+M3_AVX2 inline void e4m3x16(const uint8_t* p, __m256& lo, __m256& hi) {
   const __m256i v = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   const __m256i h = _mm256_and_si256(_mm256_slli_epi16(v, 7), _mm256_set1_epi16(int16_t(kF16Bits)));
-  nan = _mm256_or_si256(nan, _mm256_add_epi16(h, _mm256_set1_epi16(kNanCarry)));
   lo = _mm256_cvtph_ps(_mm256_castsi256_si128(h));
   hi = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
 }
 
 // A block's 32 values times (s1, then s2 unless it is 1), as lanes 0-7, 8-15, 16-23, 24-31.
-M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)[4], __m256i& nan) {
-  e4m3x16(q, v[0], v[1], nan);
-  e4m3x16(q + 16, v[2], v[3], nan);
+M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)[4]) {
+  e4m3x16(q, v[0], v[1]);
+  e4m3x16(q + 16, v[2], v[3]);
   const __m256 m1 = _mm256_set1_ps(s1);
   for (int i = 0; i < 4; ++i) v[i] = _mm256_mul_ps(v[i], m1);
   if (s2 != 1.0f) {
@@ -107,23 +104,20 @@ M3_AVX2 inline void e4m3_block(const uint8_t* q, float s1, float s2, __m256 (&v)
 
 // 32 E4M3 bytes as two 16-byte halves: the integer work at 256 bits (half a zmm operation's cost on
 // cores that split 512-bit operations) and each half's F16 widened straight to a zmm, where one
-// 512-bit pass needed a cross-lane extract too (docs/BENCHMARKS.md §0n). The flags stay in the low
-// half of `nan`.
-M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi, __m512i& nan) {
-  const __m256i c = _mm256_set1_epi16(int16_t(kF16Bits)), carry = _mm256_set1_epi16(kNanCarry);
+// 512-bit pass needed a cross-lane extract too (docs/BENCHMARKS.md §0n).
+M3_AVX512 inline void e4m3x32(const uint8_t* p, __m512& lo, __m512& hi) {
+  const __m256i c = _mm256_set1_epi16(int16_t(kF16Bits));
   const __m256i h0 = _mm256_and_si256(
       _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7), c);
   const __m256i h1 = _mm256_and_si256(
       _mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))), 7), c);
-  const __m256i flags = _mm256_or_si256(_mm256_add_epi16(h0, carry), _mm256_add_epi16(h1, carry));
-  nan = _mm512_zextsi256_si512(_mm256_or_si256(_mm512_castsi512_si256(nan), flags));
   lo = _mm512_cvtph_ps(h0);
   hi = _mm512_cvtph_ps(h1);
 }
 
-// MXFP8 for the direct tiles and panel fills (matmul_blocked_tile.h).
+// MXFP8 for the shared blocked loops (matmul_blocked_tile.h): the panel fills, and the checked
+// tiles that a direct tile falls back on.
 struct Mxfp8Policy {
-  static constexpr uint32_t kBadBits = uint32_t(kNanBit) * 0x10001u;  // both 16-bit halves of a lane
   struct Rows {
     const LinearWeight* w;
     int64_t n, row_step;
@@ -173,19 +167,18 @@ struct Mxfp8Policy {
   M3_AVX512 static Group512 group512(const Rows&, const blocked::BlockParams& p, int64_t, int i) {
     return {_mm512_set1_ps(p.a[i])};
   }
-  // Checked: a block holding a NaN code takes the tables; unchecked: its codes are flagged in `bad`.
-  template <bool Checked>
+  // A block holding a NaN code takes the tables.
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, const Group512& g,
-                                 int i, __m512& w0, __m512& w1, __m512i& bad) {
+                                 int i, __m512& w0, __m512& w1) {
     const uint8_t* q = r.q[j] + kb * kBlock;
-    if (Checked && has_nan_code(q)) {
+    if (has_nan_code(q)) {
       alignas(64) float buf[kBlock];
       block_from_tables(*r.w, r.n + j * r.row_step, kb, buf);
       w0 = _mm512_load_ps(buf);
       w1 = _mm512_load_ps(buf + 16);
       return;
     }
-    e4m3x32(q, w0, w1, bad);
+    e4m3x32(q, w0, w1);
     w0 = _mm512_mul_ps(w0, g.first);
     w1 = _mm512_mul_ps(w1, g.first);
     if (p.rare && p.b[i] != 1.0f) {
@@ -193,17 +186,16 @@ struct Mxfp8Policy {
       w1 = _mm512_mul_ps(w1, _mm512_set1_ps(p.b[i]));
     }
   }
-  template <bool Checked>
-  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i, __m256 (&v)[4],
-                               __m256i& bad) {
+  M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i,
+                               __m256 (&v)[4]) {
     const uint8_t* q = r.q[j] + kb * kBlock;
-    if (Checked && has_nan_code(q)) {
+    if (has_nan_code(q)) {
       alignas(32) float buf[kBlock];
       block_from_tables(*r.w, r.n + j * r.row_step, kb, buf);
       for (int c = 0; c < 4; ++c) v[c] = _mm256_load_ps(buf + 8 * c);
       return;
     }
-    e4m3_block(q, p.a[i], p.rare ? p.b[i] : 1.0f, v, bad);
+    e4m3_block(q, p.a[i], p.rare ? p.b[i] : 1.0f, v);
   }
 };
 
@@ -217,7 +209,7 @@ struct Mxfp8Policy {
 // fill's and the FMAs are in the same order: the bits are the panel path's. NaN codes are found
 // on the raw bytes (a byte doubled is 0xfe for 0x7f and 0xff alone, and the largest doubled byte
 // is kept); a tile that saw one, or whose rows have a scale the widening's single factor cannot
-// hold, is done again by the shared loop's checked tile, which handles both. Real checkpoints have
+// hold, is done again by the shared loop's checked tile (tile512_checked), which handles both. Real checkpoints have
 // neither.
 // The widenings (Mxfp8Widening, matmul_tile.h): F16 through e4m3x32's F16 pattern, value
 // e4m3 x 2^-8, so no fp32 subnormal is formed; F32 straight to fp32 bits, value e4m3 x 2^-120, two
@@ -328,7 +320,7 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
 template <Mxfp8Widening W, int MR, int NR>
 M3_AVX512 void direct512_tile(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   if (!direct512_pass<W, MR, NR>(w, n, row_step, a))
-    blocked::tile512_pass<Mxfp8Policy, MR, NR, true>(w, n, row_step, a);
+    blocked::tile512_checked<Mxfp8Policy, MR, NR>(w, n, row_step, a);
 }
 
 // The shapes the planner asks for: mr <= 4 with nr <= 6 (matmul_blocked_tile.h).
@@ -353,13 +345,12 @@ void direct512(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int n
 
 // The AVX2 direct tiles: the same loop as direct512_pass, with the same two widenings at 256
 // bits (F16: e4m3x16's; F32: four sign-extending loads of 8 codes), the values and the FMA order
-// of tile256_pass.
+// of tile256_checked.
 template <Mxfp8Widening W>
 M3_AVX2 inline void widen_block256(const uint8_t* p, __m256 (&v)[4]) {
   if constexpr (W == Mxfp8Widening::F16) {
-    __m256i unused = _mm256_setzero_si256();  // NaN codes: the tile checks the raw bytes
-    e4m3x16(p, v[0], v[1], unused);
-    e4m3x16(p + 16, v[2], v[3], unused);
+    e4m3x16(p, v[0], v[1]);
+    e4m3x16(p + 16, v[2], v[3]);
   } else {
     const __m256i keep = _mm256_set1_epi32(int32_t(0x87f00000u));
     for (int c = 0; c < 4; ++c)
@@ -437,7 +428,7 @@ M3_AVX2 bool direct256_pass(const LinearWeight& w, int64_t n, int64_t row_step, 
 
 template <Mxfp8Widening W, int MR, int NR>
 M3_AVX2 void direct256_tile(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
-  if (!direct256_pass<W, MR, NR>(w, n, row_step, a)) blocked::tile256_pass<Mxfp8Policy, MR, NR, true>(w, n, row_step, a);
+  if (!direct256_pass<W, MR, NR>(w, n, row_step, a)) blocked::tile256_checked<Mxfp8Policy, MR, NR>(w, n, row_step, a);
 }
 
 // The AVX2 planner's shapes: mr <= 3 with nr <= 6, 3, 2.
