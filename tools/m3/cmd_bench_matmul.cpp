@@ -48,7 +48,7 @@ double median(std::vector<double> v) {
 
 // ---- the matmul table ----
 
-struct Options {
+struct MatmulBenchOptions {
   int threads = 0;
   int reps = 7;
   std::string ms = "1,2,4,8,16,64,512";
@@ -178,7 +178,7 @@ struct Row {
   bool compute_bound;
 };
 
-void run_bench(const Options& o) {
+void run_bench(const MatmulBenchOptions& o) {
   std::vector<std::string> shapes;
   for (size_t i = 0; i <= o.shapes.size();) {
     const size_t j = std::min(o.shapes.find(',', i), o.shapes.size());
@@ -298,7 +298,7 @@ void run_bench(const Options& o) {
 }  // namespace
 
 void register_bench_matmul(CLI::App* bench) {
-  auto opts = std::make_shared<Options>();
+  auto opts = std::make_shared<MatmulBenchOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "matmul", "Weight matmul throughput (bf16, MXFP8 or affine) for M = 1..512 against measured bandwidth and FMA peak");
   cmd->add_option("-t,--threads", opts->threads, "Threads (default: all cores)");

@@ -26,7 +26,7 @@ void register_bench_train(CLI::App* bench);
 
 namespace {
 
-struct Options {
+struct TrainBenchOptions {
   std::string model, output = "md";
   int threads = 0, steps = 3;
   int64_t seq = 512, batch = 2;
@@ -37,7 +37,7 @@ struct StageResult {
   train::OpProfile profile;
 };
 
-StageResult run_stage(ThreadPool& pool, train::TrainModel<float>& model, train::AdamW& opt, const Options& o, bool dense) {
+StageResult run_stage(ThreadPool& pool, train::TrainModel<float>& model, train::AdamW& opt, const TrainBenchOptions& o, bool dense) {
   const int64_t V = model.config().vocab_size;
   std::vector<int32_t> tokens(size_t(o.batch * o.seq)), targets(tokens.size());
   std::mt19937 rng(1);
@@ -77,7 +77,7 @@ StageResult run_stage(ThreadPool& pool, train::TrainModel<float>& model, train::
 }  // namespace
 
 void register_bench_train(CLI::App* bench) {
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<TrainBenchOptions>();
   CLI::App* cmd = bench->add_subcommand("train", "Training step throughput and time per op (forward, backward)");
   cmd->add_option("-m,--model", o->model, "Model folder (its config.json is used)")->required();
   cmd->add_option("--seq-len", o->seq, "Tokens per sequence")->capture_default_str()->check(Positive());
