@@ -71,6 +71,19 @@ text = "héllo wörld 🙂 ]<]minimax[>[<tool_call>"
 ids = run("tokenize", "-m", tiny, "--text", text).stdout.strip()
 back = run("tokenize", "-m", tiny, "--decode", "--text", ids).stdout
 check("tokenize round trip", back.rstrip("\n") == text, repr(back))
+# Several --file: one line of ids per file, in order, the same as one run per file (an empty file
+# gives an empty line); --decode takes one file.
+files = []
+for k, t in enumerate([text, "", "second file\n]~b]"]):
+    files.append(os.path.join(SCRATCH, f"tok{k}.txt"))
+    with open(files[-1], "w", encoding="utf-8") as fh:
+        fh.write(t)
+each = [run("tokenize", "-m", tiny, "--file", f, "--special").stdout for f in files]
+both = run("tokenize", "-m", tiny, "--file", files[0], "--file", files[1], "--file", files[2], "--special").stdout
+check("tokenize several files: one line each, as separate runs", both == "".join(each) and both.count("\n") == 3,
+      f"{both!r} vs {each!r}")
+r = run("tokenize", "-m", tiny, "--decode", "--file", files[0], "--file", files[1], ok=False)
+check("tokenize --decode with two files is one error line", one_error_line(r, "--decode", "one --file"), r.stderr)
 
 # bench: one pp and one tg line per depth, in the order given; a smaller depth after a larger one
 # cuts the shared cache back (every depth is a prefix of the same fill text).
