@@ -84,7 +84,7 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
     pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
       // Blocks a group at a time: each score row then gets the group's kGroup scores as one run
       // of consecutive floats (a cache line), where one block at a time wrote a float to every
-      // row, each on its own line and page (the tiny preset: 1024 rows of 16 KB apart).
+      // row, each on its own line and page (the tiny preset at 64K: 1,024 rows 16 KiB apart).
       constexpr int64_t kGroup = 16;
       std::vector<float> cols(size_t(kGroup * n_rows));
       int64_t group_r0[kGroup];
@@ -113,7 +113,8 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         for (int64_t i = (group_r0[0] - first_sparse_row) * G; i < n_rows; ++i) {
           const int64_t r = first_sparse_row + i / G;
           float* dst = scores + i * n_blocks;
-          for (int64_t b = g0; b < g1 && group_r0[b - g0] <= r; ++b) dst[b] = cols[size_t((b - g0) * n_rows + i)] * scale;
+          for (int64_t b = g0; b < g1 && group_r0[b - g0] <= r; ++b)
+            dst[b] = cols[size_t((b - g0) * n_rows + i)] * scale;
         }
       }
     }, 1);
