@@ -147,7 +147,7 @@ TEST(Mxfp8Format, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
   m.q[size_t(5 * K + 700)] = 0x7f;   // row 5: a NaN code in the first chunk
   m.q[size_t(6 * K + 1040)] = 0xff;  // row 6: a negative NaN code in the last block
   for (int64_t b = 0; b < KB; b += 3) m.scales[size_t(9 * KB + b)] = uint8_t(247 + b % 8);  // row 9
-  for (int64_t b = 1; b < KB; b += 4) m.scales[size_t(12 * KB + b)] = uint8_t(135 + 4 * b);  // row 12: 2^8..2^127
+  for (int64_t b = 1; b < KB; b += 4) m.scales[size_t(12 * KB + b)] = uint8_t(135 + 4 * b);  // row 12: 2^12..2^124
   for (int64_t b = 0; b < KB; b += 2) m.scales[size_t(14 * KB + b)] = uint8_t(b % 9);  // row 14: subnormal products
   for (int64_t c = 0; c < K; ++c) {  // rows 9 and 12: values small enough that huge scales stay finite
     if (m.scales[size_t(9 * KB + c / 32)] >= 247) m.q[size_t(9 * K + c)] &= 0x87;
