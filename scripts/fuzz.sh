@@ -40,7 +40,7 @@ fuzz_one() {
   local corpus="build/fuzz/corpus/$h" findings="build/fuzz/findings/$h" log="build/fuzz/logs/$h.log"
   local row="build/fuzz/logs/$h.row"
   mkdir -p "$corpus" "$findings" "$(dirname "$log")"
-  rm -f "build/fuzz/logs/$h.finding"
+  rm -f "build/fuzz/logs/$h.finding" "$row"  # no stale row if this run stops early
   cp -n tests/fuzz/corpus/"$h"/* "$corpus"/ 2>/dev/null || true
   local t0 rc=0
   t0=$(date +%s)
