@@ -3,9 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#endif
+#include "base/usable_cpus.h"
 
 namespace m3 {
 
@@ -15,29 +13,27 @@ namespace {
 // between the parallel loops of one forward pass, short enough not to hold a core between requests.
 constexpr auto kSpin = std::chrono::microseconds(200);
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  _mm_pause();
-#else
-  std::this_thread::yield();
-#endif
-}
-
-// Polls until done() or the spin time is over; true if done.
+// Polls until done() or the spin time is over; true if done. The poller yields its CPU between
+// polls instead of pausing on it: when the thread it waits for shares that CPU (a woken worker
+// placed beside its waker by the scheduler, or fewer CPUs than threads), a pausing poller holds
+// the CPU for the whole spin time, and one process start in five to eight decoded 10-30x slower
+// on a 2-CPU guest (docs/BENCHMARKS.md §0s). Yielding costs a system call per poll: the tiny
+// preset's decode, whose parallel loops last microseconds, lost ~15% on that guest; models of
+// M3's widths lost nothing.
 template <class Done>
 bool spin_until(Done done) {
   const auto until = std::chrono::steady_clock::now() + kSpin;
   for (int i = 1;; ++i) {
     if (done()) return true;
-    cpu_relax();
-    if (i % 64 == 0 && std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::yield();
+    if (i % 16 == 0 && std::chrono::steady_clock::now() > until) return false;
   }
 }
 
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
-  if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
+  if (num_threads <= 0) num_threads = usable_cpus();
   for (int i = 1; i < num_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 

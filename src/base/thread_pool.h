@@ -5,8 +5,9 @@
 //
 // A decode step is hundreds of parallel_for calls of a few microseconds each, so handing work to a
 // sleeping thread (a futex wake: tens of microseconds on a VM) would cost more than the work. Idle
-// workers therefore spin on the job counter for a short while before they block, and the caller
-// spins while it waits for the last range; both fall back to sleeping on a condition variable.
+// workers therefore poll the job counter for a short while before they block, and the caller
+// polls while it waits for the last range; both yield their CPU between polls and fall back to
+// sleeping on a condition variable.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -19,7 +20,7 @@ namespace m3 {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int num_threads);  // <= 0: hardware concurrency
+  explicit ThreadPool(int num_threads);  // <= 0: usable_cpus() (base/usable_cpus.h)
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -1,6 +1,6 @@
 // The thread pool: every index is visited exactly once in contiguous ranges, across thousands of
 // back-to-back jobs (the spinning hand-off), after the workers fell asleep (the blocking hand-off),
-// from several calling threads at once, and with exceptions.
+// from several calling threads at once, and with exceptions; the default size (usable CPUs).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,6 +10,11 @@
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "base/usable_cpus.h"
+
+#if defined(__linux__)
+#include <sched.h>
+#endif
 
 namespace {
 
@@ -81,3 +86,38 @@ TEST(ThreadPool, ExceptionsReachTheCallerAndThePoolKeepsWorking) {
     EXPECT_TRUE(covers_once(pool, 9));
   }
 }
+
+// The default thread count follows the CPUs the process may use, not the machine's: a pool of two
+// threads on one CPU spins them against each other (usable_cpus.h).
+TEST(UsableCpus, CgroupCpuMaxLines) {
+  EXPECT_EQ(m3::cpus_of_cpu_max("200000 100000"), 2);
+  EXPECT_EQ(m3::cpus_of_cpu_max("150000 100000\n"), 2);  // 1.5 CPUs: round up
+  EXPECT_EQ(m3::cpus_of_cpu_max("50000 100000"), 1);
+  EXPECT_EQ(m3::cpus_of_cpu_max("max 100000"), std::nullopt);
+  EXPECT_EQ(m3::cpus_of_cpu_max(""), std::nullopt);
+  EXPECT_EQ(m3::cpus_of_cpu_max("12x 100000"), std::nullopt);
+  EXPECT_EQ(m3::cpus_of_cpu_max("100000 0"), std::nullopt);
+  EXPECT_EQ(m3::cpus_of_cpu_max("-5 100000"), std::nullopt);
+}
+
+#if defined(__linux__)
+TEST(UsableCpus, FollowTheAffinityMaskAndSizeTheDefaultPool) {
+  cpu_set_t saved;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(saved), &saved), 0);
+  const int all = m3::usable_cpus();
+  EXPECT_GE(all, 1);
+  EXPECT_LE(all, CPU_COUNT(&saved));
+  int first = 0;
+  while (!CPU_ISSET(first, &saved)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(m3::usable_cpus(), 1);
+  m3::ThreadPool pool(0);
+  EXPECT_EQ(pool.size(), 1);
+  EXPECT_TRUE(covers_once(pool, 10));
+  ASSERT_EQ(sched_setaffinity(0, sizeof(saved), &saved), 0);
+  EXPECT_EQ(m3::usable_cpus(), all);
+}
+#endif
