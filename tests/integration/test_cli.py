@@ -110,6 +110,22 @@ check("bench: pp and tg rows in GFLOP/s and % of the FMA peak, tg in GB/s and % 
       pp["gflops"] > 0 and 0 < pp["fma_peak_pct"] and pp["gbs"] == "–" and tg["gflops"] > 0
       and 0 < tg["bandwidth_pct"] and 0.05 * tiny_bytes < tg_bytes_per_token < 1.01 * tiny_bytes,
       json.dumps(doc["tables"][0])[:600])
+# Several models side by side (llama-bench's -m A -m B): each model's pp and tg rows per depth, in
+# the order given, each read against the first model's speed at the same test and depth.
+two = json.loads(run("bench", "-m", tiny, "-m", tiny, "-p", "8", "-n", "2", "-d", "0,32", "-r", "2", "--skip-bounds",
+                     "-o", "json").stdout)["tables"][0]["rows"]
+check("bench with two -m: rows per depth and model, × the first model's speed",
+      [(r["depth"], r["test"]) for r in two] == [(0, "pp8"), (0, "tg2"), (0, "pp8"), (0, "tg2"),
+                                                   (32, "pp8"), (32, "tg2"), (32, "pp8"), (32, "tg2")]
+      and all(r["model"] == tiny for r in two) and all(two[i]["vs_first"] == 1 for i in (0, 1, 4, 5))
+      and all(abs(two[i]["vs_first"] - two[i]["tps"] / two[i - 2]["tps"]) < 0.01 * two[i]["vs_first"] + 0.006
+              for i in (2, 3, 6, 7)), json.dumps(two)[:600])
+# The default thread count follows the CPUs the process may use (taskset, a container's cpuset).
+if platform.system() == "Linux" and os.path.exists("/usr/bin/taskset"):
+    pinned = subprocess.run(["taskset", "-c", str(min(os.sched_getaffinity(0))), M3, "bench", "-m", tiny, "-p", "8", "-n",
+                             "2", "-d", "0", "-r", "1", "--skip-bounds", "-o", "json"], capture_output=True, text=True)
+    check("bench under taskset -c CPU runs one thread", pinned.returncode == 0
+          and json.loads(pinned.stdout)["run"]["threads"] == 1, pinned.stdout[:300] + pinned.stderr[:300])
 ac = run("bench", "attention", "--shapes", "tiny", "--contexts", "256", "-r", "1", "--skip-bounds", "-o", "csv").stdout
 ac_lines = [l for l in ac.splitlines() if l and not l.startswith("#")]
 check("bench attention -o csv: facts as comments, one header and one row per depth",

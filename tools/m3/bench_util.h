@@ -19,16 +19,8 @@ struct Timing {
   double median = 0, mean = 0, stddev = 0;
 };
 
-// Runs fn `reps` times (after `warmup` untimed runs) and summarises the times in seconds (wall, or
-// process CPU time / threads with a cpu clock).
-inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn, const BenchClock& clock = {}) {
-  for (int i = 0; i < warmup; ++i) fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = clock.now();
-    fn();
-    t.push_back(clock.since(t0));
-  }
+// The mean, median and standard deviation of times in seconds.
+inline Timing summarize_times(const std::vector<double>& t) {
   Timing r;
   std::vector<double> s = t;
   std::sort(s.begin(), s.end());
@@ -37,6 +29,21 @@ inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn, c
   for (double x : t) r.stddev += (x - r.mean) * (x - r.mean) / double(t.size());
   r.stddev = std::sqrt(r.stddev);
   return r;
+}
+
+// Times one run of fn in seconds (wall, or process CPU time / threads with a cpu clock).
+inline double time_once(const std::function<void()>& fn, const BenchClock& clock = {}) {
+  const double t0 = clock.now();
+  fn();
+  return clock.since(t0);
+}
+
+// Runs fn `reps` times (after `warmup` untimed runs) and summarises the times.
+inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn, const BenchClock& clock = {}) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) t.push_back(time_once(fn, clock));
+  return summarize_times(t);
 }
 
 std::vector<long long> parse_int_list(const std::string& text, const std::string& what);

@@ -3,6 +3,12 @@
 // at depth d (the cache is cut back to d between repetitions). The fill text is one fixed token
 // sequence, so every depth is a prefix of the next: one cache is cut back and filled on from the
 // previous depth (cutting a cache is exact), instead of prefilling each depth from zero.
+//
+// Several models (-m A -m B ...) are measured side by side, as llama-bench does: each fills its
+// own cache to the depth, then the repetitions alternate between the models (pp and tg of A, then
+// of B, ...), so that a machine whose speed drifts over minutes (other tenants, memory bandwidth
+// shared with them) slows every model alike and their ratios hold. Each row also gives its speed
+// as a multiple of the first model's at the same test and depth.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -32,6 +38,149 @@ void register_bench_gemm_libs(CLI::App* bench);
 void register_bench_json(CLI::App* bench);
 void register_bench_train(CLI::App* bench);
 
+namespace {
+
+struct WholeModelArgs {
+  std::vector<std::string> models;
+  std::string depths = "0,16384,65536", cache_type = kDefaultCacheType, clock = "wall";
+  int p = 512, n = 128, reps = 3, threads = 0, chunk = 512;
+  std::string output = "md";
+  bool json = false, skip_bounds = false, no_warmup = false;
+};
+
+// One model under test: its engine, the work its shapes imply (io/model_work.h), and one sequence
+// slot whose prefix cache keeps the filled depth between runs.
+class WholeModelBench {
+ public:
+  WholeModelBench(const std::string& dir, const WholeModelArgs& a)
+      : dir_(dir),
+        a_(a),
+        engine_(Engine::load(dir, a.threads)),
+        cfg_(ModelConfig::from_file((std::filesystem::path(dir) / "config.json").string())),
+        linears_(linear_sizes(TensorStore::open_dir(dir), cfg_)),
+        cache_type_(cache_type_of(a.cache_type)),
+        batch_(*engine_, batch_options(a)) {}
+
+  const std::string& dir() const { return dir_; }
+  int threads() const { return engine_->info().threads; }
+
+  // Fills the cache to depth d (from the previous depth, a prefix of it), with a progress line
+  // that reads the fill's speed against the FMA peak.
+  void fill(long long d, double fma_peak_gflops) {
+    const Prompt fill = prompt_of(d, 0);
+    const double t0 = seconds_now();
+    ForwardWork work;     // of the chunks prefilled so far
+    int64_t counted = 0;  // tokens in `work`
+    const Batch::Id id = run(fill, a_.chunk, [&](int64_t done, int64_t total) {
+      const double s = seconds_now() - t0;
+      const int64_t start = d - total;
+      while (counted < done) {  // the step just taken: chunks of at most a_.chunk rows
+        const int64_t rows = std::min<int64_t>(a_.chunk, done - counted);
+        work += forward_work(cfg_, linears_, uint64_t(start + counted), uint64_t(rows), cache_type_);
+        counted += rows;
+      }
+      const double gflops = work.flops() / s * 1e-9;
+      const std::string of_peak =
+          fma_peak_gflops > 0 ? str_cat(" (", std::lround(100 * gflops / fma_peak_gflops), "% of the FMA peak)") : "";
+      std::fprintf(stderr, "\r%s: filling depth %lld: %lld/%lld tokens, %.0f tok/s, %.0f GFLOP/s%s, ETA %.0f s   ",
+                   dir_.c_str(), d, (long long)(start + done), d, done / s, gflops, of_peak.c_str(),
+                   (total - done) / std::max(done / s, 1e-9));
+    });
+    std::fprintf(stderr, "\n");
+    keep_depth(id, fill, d);
+  }
+
+  // pp: the p tokens after depth d in one forward pass. Seconds.
+  double time_pp(long long d, const BenchClock& clock) {
+    const Prompt pp = prompt_of(d, a_.p);
+    return time_once([&] { keep_depth(run(pp, a_.p, {}), pp, d); }, clock);
+  }
+
+  // tg: n single-token steps after depth d (the first is the prompt's last token, prefilled
+  // alone). Seconds.
+  double time_tg(long long d, const BenchClock& clock) { return time_once([&] { decode(d, a_.n); }, clock); }
+
+  // One untimed pp and a few decode steps at depth d: the first touch of the weights (page faults,
+  // a cold cache) and the pool's first start-up stay out of the timed runs, as in llama-bench.
+  void warm_up(long long d) {
+    const Prompt pp = prompt_of(d, a_.p);
+    keep_depth(run(pp, a_.p, {}), pp, d);
+    decode(d, std::min(a_.n, 4));
+  }
+
+  ForwardWork pp_work(long long d) const { return forward_work(cfg_, linears_, uint64_t(d), uint64_t(a_.p), cache_type_); }
+  ForwardWork tg_work(long long d) const {
+    ForwardWork w;
+    for (int i = 0; i < a_.n; ++i) w += forward_work(cfg_, linears_, uint64_t(d + i), 1, cache_type_);
+    return w;
+  }
+
+ private:
+  static BatchOptions batch_options(const WholeModelArgs& a) {
+    BatchOptions bo;
+    bo.chunk = std::max(a.chunk, a.p);
+    bo.cache_type = cache_type_of(a.cache_type);
+    bo.prefix_cache_bytes = UINT64_MAX;  // one sequence at a time; the prefix cache keeps its depth
+    bo.prefix_cache_entries = 1;
+    return bo;
+  }
+
+  // The fixed text: arbitrary ids, the same for every depth, so each depth is a prefix of the next.
+  int32_t token_at(long long i) const { return int32_t((i * 7919 + 13) % engine_->info().sample_vocab); }
+
+  // The first d + extra tokens of the text.
+  Prompt prompt_of(long long d, long long extra) const {
+    std::vector<int32_t> ids;
+    for (long long i = 0; i < d + extra; ++i) ids.push_back(token_at(i));
+    Prompt p;
+    p.append_tokens(ids);
+    return p;
+  }
+
+  // `steps` single-token steps after depth d, then back to depth d.
+  void decode(long long d, int steps) {
+    const Prompt tg = prompt_of(d, 1);
+    const Batch::Id id = run(tg, 1, {});
+    for (int i = 1; i < steps; ++i) {
+      batch_.feed(id, {token_at(d + i)});
+      const Batch::StepResult r = batch_.step();
+      if (!r.failed.empty()) fail(r.error);
+    }
+    keep_depth(id, tg, d);
+  }
+
+  // Prefills `prompt` (after what the prefix cache reuses) in steps of at most max_rows;
+  // on_step(done, total) after each.
+  Batch::Id run(const Prompt& prompt, int max_rows, const std::function<void(int64_t, int64_t)>& on_step) {
+    SequenceOptions so;
+    so.max_rows = max_rows;
+    int64_t reused = 0;
+    const Batch::Id id = batch_.add(prompt, &reused, so);
+    while (batch_.prefilling(id)) {
+      const Batch::StepResult r = batch_.step();
+      if (!r.failed.empty()) fail(r.error);
+      if (on_step) on_step(batch_.prefilled(id), prompt.size() - reused);
+    }
+    return id;
+  }
+
+  // Ends the sequence, keeping its first d tokens in the prefix cache.
+  void keep_depth(Batch::Id id, const Prompt& prompt, long long d) {
+    std::vector<int32_t> keys(prompt.keys().begin(), prompt.keys().begin() + d);
+    batch_.finish(id, std::move(keys));
+  }
+
+  std::string dir_;
+  const WholeModelArgs& a_;
+  std::unique_ptr<Engine> engine_;
+  ModelConfig cfg_;
+  LinearSizes linears_;
+  DType cache_type_;
+  Batch batch_;
+};
+
+}  // namespace
+
 std::vector<long long> parse_int_list(const std::string& text, const std::string& what) {
   std::vector<long long> out;
   size_t i = 0;
@@ -53,16 +202,11 @@ std::vector<long long> parse_int_list(const std::string& text, const std::string
 }
 
 void register_bench(CLI::App& app) {
-  struct Args {
-    std::string model, depths = "0,16384,65536", cache_type = kDefaultCacheType, clock = "wall";
-    int p = 512, n = 128, reps = 3, threads = 0, chunk = 512;
-    std::string output = "md";
-    bool json = false, skip_bounds = false;
-  };
-  auto a = std::make_shared<Args>();
+  auto a = std::make_shared<WholeModelArgs>();
   CLI::App* cmd = app.add_subcommand("bench", "Benchmarks: the whole model (-m DIR), or one of the subcommands below");
   cmd->require_subcommand(0, 1);
-  cmd->add_option("-m,--model", a->model, "Model folder");
+  cmd->add_option("-m,--model", a->models,
+                  "Model folder; several (-m A -m B) are measured side by side, their repetitions alternated");
   cmd->add_option("-p,--prompt", a->p, "Prefill tokens per pp test")->capture_default_str()->check(Positive());
   cmd->add_option("-n,--gen", a->n, "Decode steps per tg test")->capture_default_str()->check(Positive());
   cmd->add_option("-d,--depths", a->depths, "Context depths, comma-separated")->capture_default_str();
@@ -76,6 +220,7 @@ void register_bench(CLI::App& app) {
   add_report_option(cmd, a->output);
   cmd->add_flag("--json", a->json, "Same as -o jsonl (JSON lines; kept for scripts)");
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
+  cmd->add_flag("--no-warmup", a->no_warmup, "No untimed pp and decode steps before the first depth's repetitions");
   register_bench_attention(cmd);
   register_bench_matmul(cmd);
   register_bench_batch(cmd);
@@ -85,24 +230,20 @@ void register_bench(CLI::App& app) {
   register_bench_train(cmd);
   cmd->callback([a, cmd] {
     if (!cmd->get_subcommands().empty()) return;  // a bench subcommand ran
-    M3_CHECK(!a->model.empty(), "bench: give a model folder with -m, or a subcommand (attention, matmul, batch, vision, libs, json)");
+    M3_CHECK(!a->models.empty(), "bench: give a model folder with -m, or a subcommand (attention, matmul, batch, vision, libs, json)");
     const std::vector<long long> depths = parse_int_list(a->depths, "--depths");
-    auto engine = Engine::load(a->model, a->threads);
-    const int threads = engine->info().threads;
+    std::vector<std::unique_ptr<WholeModelBench>> models;
+    for (const std::string& dir : a->models) models.push_back(std::make_unique<WholeModelBench>(dir, *a));
+    const int threads = models[0]->threads();
     const BenchClock clock{a->clock == "cpu", threads};
-    const int V = engine->info().sample_vocab;
-    auto token_at = [&](long long i) { return int32_t((i * 7919 + 13) % V); };  // arbitrary but fixed text
-    // The work each test does (io/model_work.h), to read its speed against the bounds.
-    const ModelConfig cfg = ModelConfig::from_file((std::filesystem::path(a->model) / "config.json").string());
-    const LinearSizes linears = linear_sizes(TensorStore::open_dir(a->model), cfg);
-    const DType cache_type = cache_type_of(a->cache_type);
     BenchReport report(a->json ? ReportFormat::Jsonl : report_format_of(a->output));
     const MachineBounds bounds = a->skip_bounds ? MachineBounds{} : measure_machine_bounds(threads, clock);
     report.machine_facts(threads, bounds);
     report.fact("clock", a->clock);
     report.table("Whole model: pp = prefill of p tokens at depth d, tg = n decode steps at depth d",
                  {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"},
-                  {"gflops", "GFLOP/s"}, {"fma_peak_pct", "% FMA peak"}, {"gbs", "GB/s read"}, {"bandwidth_pct", "% bandwidth"}});
+                  {"vs_first", "× first model"}, {"gflops", "GFLOP/s"}, {"fma_peak_pct", "% FMA peak"},
+                  {"gbs", "GB/s read"}, {"bandwidth_pct", "% bandwidth"}});
     // Rate of `work` done in `seconds`, and its share of the measured bound ("–" when not measured).
     // GB/s only for decode: a prefill chunk's rows share the keys they read, so its traffic is not
     // the sum of theirs (and it is bound by arithmetic, not by bytes).
@@ -113,93 +254,42 @@ void register_bench(CLI::App& app) {
       if (with_bytes) cells[2] = Cell(gbs, "%.1f"), cells[3] = share(gbs, bounds.read_bandwidth_gbs);
       return cells;
     };
-    // One sequence at a time; the prefix cache keeps the filled depth between runs (a run that
-    // starts with the same tokens reuses them, and ending it keeps only the depth).
-    BatchOptions bo;
-    bo.chunk = std::max(a->chunk, a->p);
-    bo.cache_type = cache_type_of(a->cache_type);
-    bo.prefix_cache_bytes = UINT64_MAX;
-    bo.prefix_cache_entries = 1;
-    Batch batch(*engine, bo);
-    // Prefills `prompt` (after what the prefix cache reuses) in steps of at most max_rows;
-    // on_step(done, total) after each.
-    auto run = [&](const Prompt& prompt, int max_rows, const std::function<void(int64_t, int64_t)>& on_step) {
-      SequenceOptions so;
-      so.max_rows = max_rows;
-      int64_t reused = 0;
-      const Batch::Id id = batch.add(prompt, &reused, so);
-      while (batch.prefilling(id)) {
-        const Batch::StepResult r = batch.step();
-        if (!r.failed.empty()) fail(r.error);
-        if (on_step) on_step(batch.prefilled(id), prompt.size() - reused);
+    for (size_t di = 0; di < depths.size(); ++di) {
+      const long long d = depths[di];
+      for (auto& m : models) {
+        if (d > 0) m->fill(d, bounds.fma_peak_gflops);
+        if (di == 0 && !a->no_warmup) m->warm_up(d);  // later depths follow a fill or the runs before
       }
-      return id;
-    };
-    auto keep_depth = [&](Batch::Id id, const Prompt& prompt, int64_t d) {
-      std::vector<int32_t> keys(prompt.keys().begin(), prompt.keys().begin() + d);
-      batch.finish(id, std::move(keys));
-    };
-    for (long long d : depths) {
-      Prompt fill, pp_prompt, tg_prompt;
-      std::vector<int32_t> ids;
-      for (long long i = 0; i < d; ++i) ids.push_back(token_at(i));
-      fill.append_tokens(ids);
-      for (int i = 0; i < a->p; ++i) ids.push_back(token_at(d + i));
-      pp_prompt.append_tokens(ids);
-      ids.resize(size_t(d));
-      ids.push_back(token_at(d));
-      tg_prompt.append_tokens(ids);
-      if (d > 0) {  // fill the cache to depth d (from the previous depth, which is a prefix of it)
-        const double t0 = seconds_now();
-        ForwardWork work;         // of the chunks prefilled so far, read against the FMA peak
-        int64_t counted = 0;      // tokens in `work`
-        const Batch::Id id = run(fill, a->chunk, [&](int64_t done, int64_t total) {
-          const double s = seconds_now() - t0;
-          const int64_t start = d - total;
-          while (counted < done) {  // the step just taken: chunks of at most a->chunk rows
-            const int64_t rows = std::min<int64_t>(a->chunk, done - counted);
-            work += forward_work(cfg, linears, uint64_t(start + counted), uint64_t(rows), cache_type);
-            counted += rows;
-          }
-          const double gflops = work.flops() / s * 1e-9;
-          const std::string of_peak =
-              bounds.fma_peak_gflops > 0 ? str_cat(" (", std::lround(100 * gflops / bounds.fma_peak_gflops), "% of the FMA peak)") : "";
-          std::fprintf(stderr, "\rfilling depth %lld: %lld/%lld tokens, %.0f tok/s, %.0f GFLOP/s%s, ETA %.0f s   ", d,
-                       (long long)(start + done), (long long)d, done / s, gflops, of_peak.c_str(),
-                       (total - done) / std::max(done / s, 1e-9));
-        });
-        std::fprintf(stderr, "\n");
-        keep_depth(id, fill, d);
-      }
-      // pp: the p tokens after the depth in one forward pass; tg: n single-token steps after it
-      // (the first is the prompt's last token, prefilled alone).
-      const Timing pp = time_runs(a->reps, 0, [&] { keep_depth(run(pp_prompt, a->p, {}), pp_prompt, d); }, clock);
-      const Timing tg = time_runs(a->reps, 0, [&] {
-        const Batch::Id id = run(tg_prompt, 1, {});
-        for (int i = 1; i < a->n; ++i) {
-          batch.feed(id, {token_at(d + i)});
-          const Batch::StepResult r = batch.step();
-          if (!r.failed.empty()) fail(r.error);
+      // Repetitions alternate between the models; the times of each (pp, tg) per model.
+      std::vector<std::vector<double>> pp_s(models.size()), tg_s(models.size());
+      for (int r = 0; r < a->reps; ++r)
+        for (size_t i = 0; i < models.size(); ++i) {
+          pp_s[i].push_back(models[i]->time_pp(d, clock));
+          tg_s[i].push_back(models[i]->time_tg(d, clock));
         }
-        keep_depth(id, tg_prompt, d);
-      }, clock);
-      const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
-      const double pp_sd = pp_tps * pp.stddev / pp.mean, tg_sd = tg_tps * tg.stddev / tg.mean;
-      const ForwardWork pp_work = forward_work(cfg, linears, uint64_t(d), uint64_t(a->p), cache_type);
-      ForwardWork tg_work;
-      for (int i = 0; i < a->n; ++i) tg_work += forward_work(cfg, linears, uint64_t(d + i), 1, cache_type);
-      auto row = [&](const std::string& test, double tps, double sd, const ForwardWork& work, double seconds, bool decode) {
-        std::vector<Cell> cells{a->model, threads, a->cache_type, test, d, Cell(tps, "%.2f"), Cell(sd, "%.2f")};
-        for (Cell& c : rates(work, seconds, decode)) cells.push_back(std::move(c));
-        report.row(std::move(cells));
-      };
-      row("pp" + std::to_string(a->p), pp_tps, pp_sd, pp_work, pp.mean, false);
-      row("tg" + std::to_string(a->n), tg_tps, tg_sd, tg_work, tg.mean, true);
+      double first_pp = 0, first_tg = 0;
+      for (size_t i = 0; i < models.size(); ++i) {
+        const WholeModelBench& m = *models[i];
+        const Timing pp = summarize_times(pp_s[i]), tg = summarize_times(tg_s[i]);
+        const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
+        if (i == 0) first_pp = pp_tps, first_tg = tg_tps;
+        auto row = [&](const std::string& test, double tps, double first, const Timing& t, const ForwardWork& work, bool decode) {
+          std::vector<Cell> cells{m.dir(), threads, a->cache_type, test, d, Cell(tps, "%.2f"),
+                                  Cell(tps * t.stddev / t.mean, "%.2f"), Cell(tps / first, "%.2f")};
+          for (Cell& c : rates(work, t.mean, decode)) cells.push_back(std::move(c));
+          report.row(std::move(cells));
+        };
+        row("pp" + std::to_string(a->p), pp_tps, first_pp, pp, m.pp_work(d), false);
+        row("tg" + std::to_string(a->n), tg_tps, first_tg, tg, m.tg_work(d), true);
+      }
     }
     report.note("GFLOP/s and GB/s: the work the test does by the model's shapes (linears with the top-k experts, "
                 "attention over the keys each query sees, MSA index scores; weights in their stored formats, each "
                 "distinct expert once per step, and the cache each step reads), over its time. Against the FMA peak "
                 "and read bandwidth measured above: pp is bound by the first, tg by the second (GB/s for tg only).");
+    if (models.size() > 1)
+      report.note("Several models: the repetitions alternated between them, so a drift of the machine's speed slows "
+                  "each alike; × first model is the speed over the first model's at the same test and depth.");
     report.finish();
   });
 }

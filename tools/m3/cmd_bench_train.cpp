@@ -118,7 +118,7 @@ void register_bench_train(CLI::App* bench) {
       for (const auto& e : r.profile.ops) flops += e.forward_flops + e.backward_flops;
       report.table(std::string(dense ? "Dense warm-up" : "Sparse (MSA)") + " stage: " + std::to_string(int64_t(tokens)) +
                        " tokens per step, median of " + std::to_string(o->steps) + " steps",
-                   {{"op"}, {"fwd_ms", "fwd ms"}, {"bwd_ms", "bwd ms"}, {"bwd_over_fwd", "bwd/fwd"},
+                   {{"op", ""}, {"fwd_ms", "fwd ms"}, {"bwd_ms", "bwd ms"}, {"bwd_over_fwd", "bwd/fwd"},
                     {"share", "share of step"}, {"gflops", "matmul GFLOP/s"}, {"of_peak", "of FMA peak"}});
       for (const auto& e : r.profile.ops) {
         const double total = e.forward_s + e.backward_s, f = e.forward_flops + e.backward_flops;
