@@ -29,7 +29,7 @@ function check(cond, what) {
     await page.waitForFunction(() => document.getElementById('model-info').textContent.startsWith('model '));
     check(true, 'with the key the page names the served model');
     await page.selectOption('#thinking', 'enabled');
-    for (const [id, v] of [['#budget', '6'], ['#temperature', '0'], ['#max-tokens', '400']]) {
+    for (const [id, v] of [['#budget', '6'], ['#temperature', '0'], ['#max-tokens', '1500']]) {
       await page.fill(id, v);
       await page.dispatchEvent(id, 'change');
     }

@@ -152,6 +152,15 @@
     for (const m of current.messages) box.appendChild(renderMessage(m));
     box.scrollTop = box.scrollHeight;
   }
+  // While a reply streams, its message is drawn at most once per frame: a fast model sends
+  // hundreds of chunks a second, and drawing (markdown included) after each one kept the page busy
+  // enough that a click on Stop was not handled until the reply had ended.
+  let frameRequested = false;
+  function updateLastSoon() {
+    if (frameRequested) return;
+    frameRequested = true;
+    requestAnimationFrame(() => { frameRequested = false; updateLast(); });
+  }
   function updateLast() {
     const box = $('messages');
     const el = renderMessage(last(current.messages));
@@ -294,7 +303,7 @@
               }
               if (d.content || d.reasoning_content) tokens++;
             }
-            updateLast();
+            updateLastSoon();
           }
         }
       }
