@@ -5,7 +5,8 @@
 # bandwidth, and accuracy against bf16 (`m3 perplexity --kl-base`).
 # Usage: scripts/bench_formats.sh [PRESET] [OUTPUT_FILE]   (default: m3-slice, formats-PRESET.md)
 #   m3-slice: M3's layer widths, 4.5 GB in bf16; about 15 minutes on 2 cores.
-# Env: M3_CPU forces a CPU path; FORMATS (default "bf16 mxfp8 affine8 affine4"); TEXT (the text
+# Speed comes from one `m3 bench` run of every format, its repetitions alternated between them.
+# Env: M3_CPU forces a CPU path; FORMATS (default "bf16 mxfp8 affine8 affine4"); REPS (default 3); TEXT (the text
 # scored, default docs/ARCHITECTURE.md); CHUNKS (perplexity chunks of 512 tokens, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,10 +25,16 @@ for f in $formats; do
 done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# Speed: every format in one bench run, the repetitions alternated between them.
+models=()
 for f in $formats; do
   d="$dir"; [ "$f" = bf16 ] || d="$dir-$f"
-  echo "== $f: bench" >&2
-  $m3 bench -m "$d" -p 512 -n 16 -d 0 -r 2 -o jsonl > "$tmp/$f.bench.jsonl"
+  models+=(-m "$d")
+done
+echo "== bench: $formats" >&2
+$m3 bench "${models[@]}" -p 512 -n 16 -d 0 -r "${REPS:-3}" -o jsonl > "$tmp/bench.jsonl"
+for f in $formats; do
+  d="$dir"; [ "$f" = bf16 ] || d="$dir-$f"
   if [ "$f" != bf16 ]; then
     echo "== $f: perplexity" >&2
     $m3 perplexity -m "$d" --kl-base "$dir" -f "$text" -c 512 --chunks "$chunks" > "$tmp/$f.ppl.txt"
@@ -68,14 +75,14 @@ def decode_bytes(d):
     return total
 
 rows, first = [], None
+all_rows = [json.loads(l) for l in open(os.path.join(tmp, "bench.jsonl")) if l.startswith("{")]
 for f in formats:
     d = base_dir if f == "bf16" else f"{base_dir}-{f}"
-    bench = [json.loads(l) for l in open(os.path.join(tmp, f + ".bench.jsonl")) if l.startswith("{")]
-    bounds = next((b for b in bench if "read_bandwidth_gbs" in b), {})
+    bench = [b for b in all_rows if b.get("model") == d]
     tg = next(b["tps"] for b in bench if b.get("test", "").startswith("tg"))
     pp = next(b["tps"] for b in bench if b.get("test", "").startswith("pp"))
-    path = next(b["matmul_kernels"] for b in bench if "matmul_kernels" in b)
-    bw = next((b["read_bandwidth_gbs"] for b in bench if "read_bandwidth_gbs" in b), float("nan"))
+    path = next(b["matmul_kernels"] for b in all_rows if "matmul_kernels" in b)
+    bw = next((b["read_bandwidth_gbs"] for b in all_rows if "read_bandwidth_gbs" in b), float("nan"))
     size = sum(v[2] for v in header(d).values())
     dec = decode_bytes(d)
     ppl = {}

@@ -48,7 +48,7 @@ struct ModelInfo {
 };
 
 struct EngineOptions {
-  int threads = 0;     // 0: one per core
+  int threads = 0;     // 0: one per CPU the process may use (its affinity mask and CPU quota)
   bool mmap = true;    // false: read the weights into memory instead of mapping them (--no-mmap)
   bool mlock = false;  // lock the weights in RAM (--mlock); an error when RLIMIT_MEMLOCK is too low
 };
@@ -56,7 +56,7 @@ struct EngineOptions {
 class Engine {
  public:
   // dir holds config.json, tokenizer.json and model.safetensors (or shards + index). threads 0:
-  // one per core. Throws m3::Error naming the file and field on bad input.
+  // one per usable CPU. Throws m3::Error naming the file and field on bad input.
   static std::unique_ptr<Engine> load(const std::string& dir, const EngineOptions& options);
   static std::unique_ptr<Engine> load(const std::string& dir, int threads = 0);
   ~Engine();

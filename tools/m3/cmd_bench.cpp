@@ -212,7 +212,7 @@ void register_bench(CLI::App& app) {
   cmd->add_option("-d,--depths", a->depths, "Context depths, comma-separated")->capture_default_str();
   cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(Positive());
   cmd->add_option("-b,--chunk", a->chunk, "Prefill chunk when filling the depth")->capture_default_str()->check(Positive());
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)");
   add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->check(CLI::IsMember({"wall", "cpu"}))

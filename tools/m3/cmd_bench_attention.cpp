@@ -99,7 +99,7 @@ void register_bench_attention(CLI::App* bench) {
   cmd->add_option("--dense-max", a->dense_max, "Largest N at which dense is measured (beyond: extrapolated linearly)")
       ->capture_default_str();
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)");
   add_cache_type_option(cmd, a->cache_type);
   cmd->add_option("--clock", a->clock, "wall, or cpu: process CPU time / threads (on a busy machine)")
       ->check(CLI::IsMember({"wall", "cpu"}))

@@ -31,7 +31,7 @@ void register_bench_batch(CLI::App* bench) {
       ->check(NonNegative());
   cmd->add_option("-n,--gen", a->n, "Decode steps per repetition")->capture_default_str()->check(Positive());
   cmd->add_option("-r,--reps", a->reps, "Repetitions")->capture_default_str()->check(Positive());
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)");
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
   add_report_option(cmd, a->output);
   cmd->callback([a] {

@@ -80,7 +80,7 @@ void register_bench_gemm_libs(CLI::App* bench) {
   CLI::App* cmd = bench->add_subcommand("libs", "Our bf16-weight matmul vs OpenBLAS sgemm and oneDNN bf16 (time and error)");
   cmd->add_option("-m,--m", a->ms, "Batch sizes M, comma-separated")->capture_default_str();
   cmd->add_option("-s,--shapes", a->shapes, "Weight shapes NxK, comma-separated")->capture_default_str();
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)");
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   add_report_option(cmd, a->output);
   cmd->callback([a] {

@@ -301,7 +301,7 @@ void register_bench_matmul(CLI::App* bench) {
   auto opts = std::make_shared<MatmulBenchOptions>();
   CLI::App* cmd = bench->add_subcommand(
       "matmul", "Weight matmul throughput (bf16, MXFP8 or affine) for M = 1..512 against measured bandwidth and FMA peak");
-  cmd->add_option("-t,--threads", opts->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", opts->threads, "Threads (default: one per usable CPU)");
   cmd->add_option("-r,--reps", opts->reps, "Repetitions (median)")->capture_default_str()->check(Positive());
   cmd->add_option("-m,--m", opts->ms, "Batch sizes M (rows of x), comma-separated")->capture_default_str();
   cmd->add_option("-s,--shapes", opts->shapes, "Weight shapes NxK (out x in), comma-separated")->capture_default_str();

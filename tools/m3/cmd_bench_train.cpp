@@ -83,7 +83,7 @@ void register_bench_train(CLI::App* bench) {
   cmd->add_option("--seq-len", o->seq, "Tokens per sequence")->capture_default_str()->check(Positive());
   cmd->add_option("-b,--batch-size", o->batch, "Sequences per step")->capture_default_str()->check(Positive());
   cmd->add_option("--steps", o->steps, "Timed steps per stage (median)")->capture_default_str()->check(Positive());
-  cmd->add_option("-t,--threads", o->threads, "Threads (default: one per core)")->check(NonNegative());
+  cmd->add_option("-t,--threads", o->threads, "Threads (default: one per usable CPU)")->check(NonNegative());
   add_report_option(cmd, o->output);
   cmd->callback([o] {
     const ModelConfig cfg = ModelConfig::from_file((std::filesystem::path(o->model) / "config.json").string());

@@ -63,7 +63,7 @@ void register_bench_vision(CLI::App* bench) {
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("vision", "Vision tower patches/s, one M3-shaped ViT layer, video decode");
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: all cores)");
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)");
   cmd->add_option("-r,--reps", a->reps, "Repetitions (median reported)")->capture_default_str()->check(Positive());
   cmd->add_option("--video-seconds", a->video_seconds, "Length of the generated 30 fps clip")
       ->capture_default_str()->check(Positive());

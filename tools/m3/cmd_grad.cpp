@@ -37,7 +37,7 @@ void register_grad(CLI::App& app) {
   cmd->add_option("--out", a->out, "Output .safetensors file")->required();
   cmd->add_flag("--indexer-warmup", a->warmup,
                 "The dense warm-up stage: main attention dense, the indexer KL over the whole causal history");
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per core)")->check(NonNegative());
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)")->check(NonNegative());
   cmd->callback([a] {
     const ModelConfig cfg = ModelConfig::from_file((std::filesystem::path(a->model) / "config.json").string());
     const TensorStore store = TensorStore::open_dir(a->model);

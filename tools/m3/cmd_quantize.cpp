@@ -56,7 +56,7 @@ void register_quantize(CLI::App& app) {
                   "e.g. '*.block_sparse_moe.gate.weight=affine8-g64' or '*embed_tokens*=affine8'");
   cmd->add_option("--shard-mb", a->shard_mb, "Safetensors shards of at most this many MB")
       ->check(Positive())->capture_default_str();
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per core)")->check(NonNegative());
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: one per usable CPU)")->check(NonNegative());
   cmd->add_flag("--force", a->force, "Write into an output folder that is not empty");
   cmd->callback([a] {
     QuantizeOptions o;

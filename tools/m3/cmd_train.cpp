@@ -68,7 +68,7 @@ void register_train(CLI::App& app) {
       ->check(CLI::IsMember({"msa", "dense"}));
   cmd->add_option("--dense-warmup-steps", a->dense_warmup, "Steps of the MSA dense warm-up")->check(NonNegative());
   cmd->add_option("--seed", a->seed, "Seed of the initialization and the data order")->check(NonNegative());
-  cmd->add_option("-t,--threads", a->threads, "Threads (default: the recipe's, else one per core)")->check(NonNegative());
+  cmd->add_option("-t,--threads", a->threads, "Threads (default: the recipe's, else one per usable CPU)")->check(NonNegative());
   cmd->callback([a] {
     if (!a->plot.empty()) {
       std::string why;

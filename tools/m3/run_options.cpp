@@ -16,7 +16,7 @@ namespace m3::cli {
 
 void add_run_options(CLI::App* cmd, RunOptions& o, const std::string& ctx_help, const std::string& ctx_names) {
   cmd->add_option("-m,--model", o.model, "Model folder (config.json, tokenizer.json, safetensors)")->required();
-  cmd->add_option("-t,--threads", o.threads, "Threads (default: all cores)")->check(NonNegative());
+  cmd->add_option("-t,--threads", o.threads, "Threads (default: one per usable CPU)")->check(NonNegative());
   cmd->add_option(ctx_names, o.ctx_size, ctx_help)->check(NonNegative());
   add_cache_type_option(cmd, o.cache_type);
   cmd->add_option("--cache-type-k", o.cache_type_k, "llama.cpp's -ctk: the K cache type; must equal --cache-type-v (one type here)")
