@@ -4,12 +4,12 @@
 #include <cmath>
 
 #include "server/api_error.h"
+#include "server/json_text.h"
 
 namespace m3::server {
 
 namespace {
 
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 std::string sse(const Json& j) { return "data: " + dump(j) + "\n\n"; }
 
 double seconds_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {

@@ -26,6 +26,7 @@
 #include "server/api_error.h"
 #include "server/cors.h"
 #include "server/http_connection.h"
+#include "server/json_text.h"
 #include "server/media.h"
 #include "server/metrics.h"
 #include "server/request.h"
@@ -35,8 +36,6 @@
 namespace m3::server {
 
 namespace {
-
-std::string dump(const Json& j) { return j.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
 std::string random_hex(size_t n) {
   static std::mutex mu;

@@ -8,6 +8,7 @@
 
 #include "m3/error.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_field.h"
 
 namespace m3::tok {
 
@@ -32,11 +33,6 @@ void WordCache::store(std::string_view word, const std::vector<int32_t>& ids) co
 // ---- loading ----
 
 namespace {
-
-const nlohmann::json* find_field(const nlohmann::json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 // Checks options of HF's BPE that a byte-level vocabulary must leave off.
 void check_unsupported_options(const nlohmann::json& model, const std::string& where) {

@@ -7,6 +7,7 @@
 
 #include "m3/error.h"
 #include "tokenizer/byte_level.h"
+#include "tokenizer/json_field.h"
 
 namespace m3::tok {
 namespace {
@@ -105,11 +106,6 @@ void SplitRegex::split_valid(std::string_view text, MatchData& data, std::vector
 // ---- pre_tokenizer from tokenizer.json ----
 
 namespace {
-
-const nlohmann::json* find_field(const nlohmann::json& obj, const char* key) {
-  auto it = obj.find(key);
-  return it == obj.end() || it->is_null() ? nullptr : &*it;
-}
 
 bool bool_field(const nlohmann::json& obj, const char* key, bool fallback, const std::string& path) {
   const nlohmann::json* v = find_field(obj, key);
