@@ -29,10 +29,15 @@ function check(cond, what) {
     await page.waitForFunction(() => document.getElementById('model-info').textContent.startsWith('model '));
     check(true, 'with the key the page names the served model');
     await page.selectOption('#thinking', 'enabled');
-    for (const [id, v] of [['#budget', '6'], ['#temperature', '0'], ['#max-tokens', '1500']]) {
-      await page.fill(id, v);
-      await page.dispatchEvent(id, 'change');
-    }
+    // The first reply runs to its length (ignore_eos) so that it streams over many frames: the
+    // page draws a streaming reply once per frame.
+    const settings = async (pairs) => {
+      for (const [id, v] of pairs) {
+        await page.fill(id, v);
+        await page.dispatchEvent(id, 'change');
+      }
+    };
+    await settings([['#budget', '6'], ['#temperature', '0'], ['#max-tokens', '3000'], ['#extra', '{"ignore_eos": true}']]);
 
     // 1. A message, its reply streamed in: an observer counts the distinct partial answers the
     // page showed while the reply was still generating.
@@ -56,6 +61,7 @@ function check(cond, what) {
     check(first.content.length > 0, 'the answer follows the reasoning');
 
     // 2. An image by the file picker.
+    await settings([['#max-tokens', '400'], ['#extra', '']]);
     await page.setInputFiles('#file', process.env.M3_IMAGE);
     await page.waitForSelector('#attachments .chip');
     await page.fill('#input', 'What is in this picture?');

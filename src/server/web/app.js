@@ -152,14 +152,20 @@
     for (const m of current.messages) box.appendChild(renderMessage(m));
     box.scrollTop = box.scrollHeight;
   }
-  // While a reply streams, its message is drawn at most once per frame: a fast model sends
-  // hundreds of chunks a second, and drawing (markdown included) after each one kept the page busy
-  // enough that a click on Stop was not handled until the reply had ended.
-  let frameRequested = false;
+  // While a reply streams, its message is drawn once per frame, and at least every 100 ms when
+  // frames do not come (the reading loop can run on without yielding to a frame while chunks are
+  // queued). A fast model sends hundreds of chunks a second: drawing (markdown included) after
+  // each one kept the page busy enough that a click on Stop was not handled until the reply ended.
+  let frameRequested = false, lastDrawn = 0;
+  function drawLast() {
+    lastDrawn = performance.now();
+    updateLast();
+  }
   function updateLastSoon() {
+    if (performance.now() - lastDrawn > 100) return drawLast();
     if (frameRequested) return;
     frameRequested = true;
-    requestAnimationFrame(() => { frameRequested = false; updateLast(); });
+    requestAnimationFrame(() => { frameRequested = false; drawLast(); });
   }
   function updateLast() {
     const box = $('messages');
