@@ -98,14 +98,17 @@ class WholeModelBench {
 
   // tg: n single-token steps after depth d (the first is the prompt's last token, prefilled
   // alone). Seconds.
-  double time_tg(long long d, const BenchClock& clock) { return time_once([&] { decode(d, a_.n); }, clock); }
+  double time_tg(long long d, const BenchClock& clock) {
+    const Prompt tg = prompt_of(d, 1);
+    return time_once([&] { decode(tg, d, a_.n); }, clock);
+  }
 
   // One untimed pp and a few decode steps at depth d: the first touch of the weights (page faults,
   // a cold cache) and the pool's first start-up stay out of the timed runs, as in llama-bench.
   void warm_up(long long d) {
     const Prompt pp = prompt_of(d, a_.p);
     keep_depth(run(pp, a_.p, {}), pp, d);
-    decode(d, std::min(a_.n, 4));
+    decode(prompt_of(d, 1), d, std::min(a_.n, 4));
   }
 
   ForwardWork pp_work(long long d) const { return forward_work(cfg_, linears_, uint64_t(d), uint64_t(a_.p), cache_type_); }
@@ -137,9 +140,9 @@ class WholeModelBench {
     return p;
   }
 
-  // `steps` single-token steps after depth d, then back to depth d.
-  void decode(long long d, int steps) {
-    const Prompt tg = prompt_of(d, 1);
+  // `steps` single-token steps after depth d (tg: the text's first d + 1 tokens), then back to
+  // depth d.
+  void decode(const Prompt& tg, long long d, int steps) {
     const Batch::Id id = run(tg, 1, {});
     for (int i = 1; i < steps; ++i) {
       batch_.feed(id, {token_at(d + i)});
