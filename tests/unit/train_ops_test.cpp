@@ -309,7 +309,9 @@ TEST_P(MoeBackward, MatchesFiniteDifferencesWithFixedChoice) {
     if (std::all_of(dew[i].begin(), dew[i].end(), [](double d) { return d == 0.0; })) continue;  // an unused expert
     EXPECT_LT(fd_relative_error(ew[i], dew[i], objective), kTol) << "expert tensor " << i;
   }
-  if (balance) EXPECT_GT(saved.balance_loss, 0.0);
+  if (balance) {
+    EXPECT_GT(saved.balance_loss, 0.0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(WithAndWithoutBalanceLoss, MoeBackward, testing::Bool(),
