@@ -16,7 +16,7 @@ constexpr auto kSpin = std::chrono::microseconds(200);
 // Polls until done() or the spin time is over; true if done. The poller yields its CPU between
 // polls instead of pausing on it: when the thread it waits for shares that CPU (a woken worker
 // placed beside its waker by the scheduler, or fewer CPUs than threads), a pausing poller holds
-// the CPU for the whole spin time, and one process start in five to eight decoded 10-30x slower
+// the CPU for the whole spin time, and 5 of 46 process starts decoded 20-30x slower
 // on a 2-CPU guest (docs/BENCHMARKS.md §0s). Yielding costs a system call per poll: the tiny
 // preset's decode, whose parallel loops last microseconds, lost ~15% on that guest; models of
 // M3's widths lost nothing.
