@@ -118,6 +118,27 @@ void pv_fp8_entry(const float* P, int heads, int ld, int n_keys, const uint8_t* 
   pv_generic(scaled.data(), heads, n_keys, n_keys, v, hd, o);
 }
 
+// A step's pages: the plain call per page, into the page's columns of S (q·k) or continuing each
+// output's chain over the keys (P·V).
+template <typename T>
+void qk_scores_paged_generic(const float* q, int nq, int dim, const T* const* kT, int B, int n_keys, float* S, int ld) {
+  for (int p = 0; p * B < n_keys; ++p) qk_scores_generic(q, nq, dim, kT[p], B, std::min(B, n_keys - p * B), S + p * B, ld);
+}
+void qk_scores_paged_fp8_generic(const float* q, int nq, int dim, const uint8_t* const* kT, const uint8_t* const* scales,
+                                 int B, int n_keys, float* S, int ld) {
+  for (int p = 0; p * B < n_keys; ++p)
+    qk_scores_fp8_entry(q, nq, dim, kT[p], scales[p], B, std::min(B, n_keys - p * B), S + p * B, ld, nullptr, 0);
+}
+template <typename T>
+void pv_paged_generic(const float* P, int heads, int ld, int n_keys, const T* const* v, int B, int hd, float* o) {
+  for (int p = 0; p * B < n_keys; ++p) pv_generic(P + p * B, heads, ld, std::min(B, n_keys - p * B), v[p], hd, o);
+}
+void pv_paged_fp8_generic(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
+                          const uint8_t* const* scales, int B, int hd, float* o) {
+  for (int p = 0; p * B < n_keys; ++p)
+    pv_fp8_entry(P + p * B, heads, ld, std::min(B, n_keys - p * B), v[p], scales[p], hd, o, nullptr, 0);
+}
+
 constexpr AttentionKernels kGeneric{"generic",
                                     &qk_scores_entry<float>,
                                     &qk_scores_entry<uint16_t>,
@@ -128,7 +149,13 @@ constexpr AttentionKernels kGeneric{"generic",
                                     &pv_entry<uint16_t>,
                                     &qk_scores_fp8_entry,
                                     &qk_block_max_fp8_entry,
-                                    &pv_fp8_entry};
+                                    &pv_fp8_entry,
+                                    &qk_scores_paged_generic<float>,
+                                    &qk_scores_paged_generic<uint16_t>,
+                                    &qk_scores_paged_fp8_generic,
+                                    &pv_paged_generic<float>,
+                                    &pv_paged_generic<uint16_t>,
+                                    &pv_paged_fp8_generic};
 
 const PathTables<AttentionKernels>& tables() {
   static const PathTables<AttentionKernels> t{&kGeneric, simd_attention_kernels(CpuPath::Avx2),
@@ -196,6 +223,29 @@ void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
                    int head_dim, float* o, const void* prefetch, size_t prefetch_bytes) {
   active().pv_fp8(P, heads, ld, n_keys, v, v_scales, head_dim, o, prefetch, prefetch_bytes);
+}
+
+void qk_scores_paged(const float* q, int nq, int dim, const float* const* kT, int B, int n_keys, float* S, int ld) {
+  active().qk_scores_paged_f32(q, nq, dim, kT, B, n_keys, S, ld);
+}
+void qk_scores_paged(const float* q, int nq, int dim, const uint16_t* const* kT, int B, int n_keys, float* S, int ld) {
+  active().qk_scores_paged_bf16(q, nq, dim, kT, B, n_keys, S, ld);
+}
+void qk_scores_paged(const float* q, int nq, int dim, const uint8_t* const* kT, const uint8_t* const* kT_scales, int B,
+                     int n_keys, float* S, int ld) {
+  active().qk_scores_paged_fp8(q, nq, dim, kT, kT_scales, B, n_keys, S, ld);
+}
+void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const float* const* v, int B, int head_dim,
+                         float* o) {
+  active().pv_paged_f32(P, heads, ld, n_keys, v, B, head_dim, o);
+}
+void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const uint16_t* const* v, int B, int head_dim,
+                         float* o) {
+  active().pv_paged_bf16(P, heads, ld, n_keys, v, B, head_dim, o);
+}
+void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
+                         const uint8_t* const* v_scales, int B, int head_dim, float* o) {
+  active().pv_paged_fp8(P, heads, ld, n_keys, v, v_scales, B, head_dim, o);
 }
 
 }  // namespace m3

@@ -50,6 +50,23 @@ void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint16_t
 void pv_accumulate(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
                    int head_dim, float* o, const void* prefetch = nullptr, size_t prefetch_bytes = 0);
 
+// One softmax step over several blocks read where the cache keeps them: kT[p] is the K page and
+// v[p] the V page of the step's p-th block (scales: their fp8 scales), holding its keys
+// [p·B, (p + 1)·B) of the step; every page holds B keys but the last, which holds the rest of
+// n_keys. The scores, and the sums into o, are those of one block holding the keys in that order
+// (each score one chain over the dims, each output one chain over the keys): a q·k tile can then
+// take key vectors of several small blocks at once.
+void qk_scores_paged(const float* q, int nq, int dim, const float* const* kT, int B, int n_keys, float* S, int ld);
+void qk_scores_paged(const float* q, int nq, int dim, const uint16_t* const* kT, int B, int n_keys, float* S, int ld);
+void qk_scores_paged(const float* q, int nq, int dim, const uint8_t* const* kT, const uint8_t* const* kT_scales, int B,
+                     int n_keys, float* S, int ld);
+void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const float* const* v, int B, int head_dim,
+                         float* o);
+void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const uint16_t* const* v, int B, int head_dim,
+                         float* o);
+void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
+                         const uint8_t* const* v_scales, int B, int head_dim, float* o);
+
 // Which implementation runs ("avx512", "avx2", "sve", "neon" or "generic"); M3_CPU=generic forces the
 // plain path.
 const char* attention_kernel_name();

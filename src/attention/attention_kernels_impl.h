@@ -33,6 +33,19 @@ struct AttentionKernels {
                            int n_keys, float* out, const void* prefetch, size_t prefetch_bytes);
   void (*pv_fp8)(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* v_scales,
                  int head_dim, float* o, const void* prefetch, size_t prefetch_bytes);
+  // A softmax step's blocks, each page in its own place (attention_kernels.h, *_paged).
+  void (*qk_scores_paged_f32)(const float* q, int nq, int dim, const float* const* kT, int B, int n_keys, float* S,
+                              int ld);
+  void (*qk_scores_paged_bf16)(const float* q, int nq, int dim, const uint16_t* const* kT, int B, int n_keys,
+                               float* S, int ld);
+  void (*qk_scores_paged_fp8)(const float* q, int nq, int dim, const uint8_t* const* kT,
+                              const uint8_t* const* kT_scales, int B, int n_keys, float* S, int ld);
+  void (*pv_paged_f32)(const float* P, int heads, int ld, int n_keys, const float* const* v, int B, int head_dim,
+                       float* o);
+  void (*pv_paged_bf16)(const float* P, int heads, int ld, int n_keys, const uint16_t* const* v, int B, int head_dim,
+                        float* o);
+  void (*pv_paged_fp8)(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
+                       const uint8_t* const* v_scales, int B, int head_dim, float* o);
 };
 
 const AttentionKernels& generic_attention_kernels();

@@ -217,15 +217,23 @@ HWY_INLINE VF Pick16(VF v0, VF v1, VF v2, VF v3, VF v4, VF v5, VF v6, VF v7, VF 
   else return Pick<k - 12>(v12, v13, v14, v15);
 }
 
-// Scores of Q queries (rows of q, stride dim) against the V·N keys from kT + t0; `avail` of them
-// are valid (kTail: fewer than V·N, the lanes past them are masked to 0; every row of kT but the
-// last must still be readable to V·N keys from t0, which holds when t0 + V·N <= kt_stride; the
-// last row's partial vectors go through buffers, since a caller may pass kT in the middle of its
-// rows). Calls sink(i, V, v0, v1, v2, v3) for each query with
-// its V score vectors. Not inlined: each tile shape gets its own register allocation (one
+// The V key vectors of a tile: vector j's keys in dimension d start at at[j] + d·kt_stride. One
+// block's consecutive vectors, or vectors of several blocks' pages (QkPagedKeys).
+template <typename T>
+struct KeyVectors {
+  const T* at[4];
+  bool last_row_whole = false;  // full vectors readable in the last row too (pages: always)
+};
+
+// Scores of Q queries (rows of q, stride dim) against the tile's V·N keys; `avail` of them are
+// valid (kTail: fewer than V·N, the lanes past them are masked to 0; every row of kT but the last
+// must still be readable to full vectors, which holds for a block's keys when t0 + V·N <=
+// kt_stride, and for whole pages; the last row's partial vectors go through buffers, since a
+// caller may pass kT in the middle of its rows). Calls sink(i, V, v0, v1, v2, v3) for each query
+// with its V score vectors. Not inlined: each tile shape gets its own register allocation (one
 // function holding every shape spilled its accumulators).
 template <int Q, int V, bool kTail, typename T, class Sink>
-HWY_NOINLINE void QkTile(const float* q, int dim, const T* kT, int kt_stride, int t0, int avail, Sink& sink,
+HWY_NOINLINE void QkTile(const float* q, int dim, const KeyVectors<T>& kv, int kt_stride, int avail, Sink& sink,
                          Prefetch& pf) {
   static_assert(Q * V <= 16 && V <= 4, "a tile has at most 16 accumulators and 4 key vectors");
   const DF df;
@@ -237,21 +245,25 @@ HWY_NOINLINE void QkTile(const float* q, int dim, const T* kT, int kt_stride, in
 #define M3_QK_FMA(k)                                                                        \
   if constexpr (k < Q * V)                                                                  \
     acc##k = hn::MulAdd(hn::Set(df, q[int64_t(k / V) * dim + d]), Pick<k % V>(k0, k1, k2, k3), acc##k);
-  const int masked_rows = kTail ? dim - 1 : dim;
+  const int masked_rows = kTail && !kv.last_row_whole ? dim - 1 : dim;
   int d = 0;
+  const T* const p0 = kv.at[0];
+  const T* const p1 = kv.at[V > 1 ? 1 : 0];
+  const T* const p2 = kv.at[V > 2 ? 2 : 0];
+  const T* const p3 = kv.at[V > 3 ? 3 : 0];
   for (; d < masked_rows; ++d) {
     pf.Step();
-    const T* k = kT + int64_t(d) * kt_stride + t0;
-    const VF k0 = kTail ? hn::IfThenElseZero(m0, LoadWide(df, k)) : LoadWide(df, k);
-    const VF k1 = V > 1 ? (kTail ? hn::IfThenElseZero(m1, LoadWide(df, k + N)) : LoadWide(df, k + N)) : k0;
-    const VF k2 = V > 2 ? (kTail ? hn::IfThenElseZero(m2, LoadWide(df, k + 2 * N)) : LoadWide(df, k + 2 * N)) : k0;
-    const VF k3 = V > 3 ? (kTail ? hn::IfThenElseZero(m3, LoadWide(df, k + 3 * N)) : LoadWide(df, k + 3 * N)) : k0;
+    const int64_t r = int64_t(d) * kt_stride;
+    const VF k0 = kTail ? hn::IfThenElseZero(m0, LoadWide(df, p0 + r)) : LoadWide(df, p0 + r);
+    const VF k1 = V > 1 ? (kTail ? hn::IfThenElseZero(m1, LoadWide(df, p1 + r)) : LoadWide(df, p1 + r)) : k0;
+    const VF k2 = V > 2 ? (kTail ? hn::IfThenElseZero(m2, LoadWide(df, p2 + r)) : LoadWide(df, p2 + r)) : k0;
+    const VF k3 = V > 3 ? (kTail ? hn::IfThenElseZero(m3, LoadWide(df, p3 + r)) : LoadWide(df, p3 + r)) : k0;
     M3_ACC16(M3_QK_FMA)
   }
   if (kTail && d < dim) {  // the last row: partial vectors through buffers
     pf.Step();
-    const T* k = kT + int64_t(d) * kt_stride + t0;
-    auto part = [&](int j) { return LoadPart(df, k + j * N, int(lanes_of(j))); };
+    const int64_t r = int64_t(d) * kt_stride;
+    auto part = [&](int j) { return LoadPart(df, kv.at[j] + r, int(lanes_of(j))); };
     const VF k0 = part(0);
     const VF k1 = V > 1 ? part(1) : k0;
     const VF k2 = V > 2 ? part(2) : k0;
@@ -296,24 +308,69 @@ HWY_NOINLINE void QkScalar(const float* q, int dim, const T* kT, int kt_stride, 
 template <int Q, int V, typename T, class Sink>
 HWY_INLINE void QkKeys(const float* q, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink, Prefetch& pf) {
   const int N = int(hn::Lanes(DF()));
+  auto from = [&](int t0) { return KeyVectors<T>{{kT + t0, kT + t0 + N, kT + t0 + 2 * N, kT + t0 + 3 * N}}; };
   int t0 = 0;
   for (; t0 + V * N <= n_keys; t0 += V * N) {
     sink.t0 = t0;
-    QkTile<Q, V, false>(q, dim, kT, kt_stride, t0, V * N, sink, pf);
+    QkTile<Q, V, false>(q, dim, from(t0), kt_stride, V * N, sink, pf);
   }
   if (t0 == n_keys) return;
   sink.t0 = t0;
-  if (t0 + V * N <= kt_stride) return QkTile<Q, V, true>(q, dim, kT, kt_stride, t0, n_keys - t0, sink, pf);
+  if (t0 + V * N <= kt_stride) return QkTile<Q, V, true>(q, dim, from(t0), kt_stride, n_keys - t0, sink, pf);
   // A block narrower than the tile: single vectors, the last one scalar if it would leave the row.
   for (; t0 + N <= n_keys; t0 += N) {
     sink.t0 = t0;
-    QkTile<Q, 1, false>(q, dim, kT, kt_stride, t0, N, sink, pf);
+    QkTile<Q, 1, false>(q, dim, from(t0), kt_stride, N, sink, pf);
   }
   if (t0 == n_keys) return;
   sink.t0 = t0;
-  if (t0 + N <= kt_stride) QkTile<Q, 1, true>(q, dim, kT, kt_stride, t0, n_keys - t0, sink, pf);
+  if (t0 + N <= kt_stride) QkTile<Q, 1, true>(q, dim, from(t0), kt_stride, n_keys - t0, sink, pf);
   else QkScalar<Q>(q, dim, kT, kt_stride, t0, n_keys, sink);
 }
+
+// Q queries against a step's blocks side by side, each block's K page in its own place: pages[p]
+// ([dim][B]) holds keys [p·B, (p + 1)·B) of the step, all B valid but in the last page. Needs B to
+// be a multiple of the vector width, so that no vector spans two pages. Tiles of V vectors as
+// QkKeys, the last one masked; the same bits as the keys in one block.
+template <int Q, int V, typename T, class Sink>
+HWY_INLINE void QkPagedKeys(const float* q, int dim, const T* const* pages, int B, int n_keys, Sink& sink,
+                            Prefetch& pf) {
+  const int N = int(hn::Lanes(DF()));
+  const int per_page = B / N, vecs = (n_keys + N - 1) / N;
+  auto vec = [&](int jv) { return pages[jv / per_page] + (jv % per_page) * N; };
+  auto from = [&](int jv) {  // past the last vector: the last (masked out)
+    auto at = [&](int j) { return vec(jv + j < vecs ? jv + j : vecs - 1); };
+    return KeyVectors<T>{{at(0), at(1), at(2), at(3)}, true};
+  };
+  int jv = 0;
+  for (; (jv + V) * N <= n_keys; jv += V) {
+    sink.t0 = jv * N;
+    QkTile<Q, V, false>(q, dim, from(jv), B, V * N, sink, pf);
+  }
+  if (jv * N == n_keys) return;
+  sink.t0 = jv * N;
+  QkTile<Q, V, true>(q, dim, from(jv), B, n_keys - jv * N, sink, pf);
+}
+
+// The keys of a q·k call: one block (kT, its row stride) or a step's pages.
+template <typename T>
+struct BlockKeys {
+  const T* kT;
+  int kt_stride, n_keys;
+  template <int R, int V, class Sink>
+  HWY_INLINE void Run(const float* q, int dim, Sink& sink, Prefetch& pf) const {
+    QkKeys<R, V>(q, dim, kT, kt_stride, n_keys, sink, pf);
+  }
+};
+template <typename T>
+struct PagedKeys {
+  const T* const* pages;
+  int B, n_keys;
+  template <int R, int V, class Sink>
+  HWY_INLINE void Run(const float* q, int dim, Sink& sink, Prefetch& pf) const {
+    QkPagedKeys<R, V>(q, dim, pages, B, n_keys, sink, pf);
+  }
+};
 
 template <int R>
 struct TileRows {
@@ -322,15 +379,14 @@ struct TileRows {
 
 // The queries in tiles of Q (as tall as the accumulators allow for V), the rest in tiles of 8,
 // 4, 2 and 1 (those below Q).
-template <int Q, int V, typename T, class Sink>
-HWY_INLINE void QkRows(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
-                       Prefetch& pf) {
+template <int Q, int V, class Keys, class Sink>
+HWY_INLINE void QkRows(const float* q, int nq, int dim, const Keys& keys, Sink& sink, Prefetch& pf) {
   int i0 = 0;
   auto rows = [&](auto height) {
     constexpr int R = decltype(height)::kRows;
     for (; i0 + R <= nq; i0 += R) {
       sink.i0 = i0;
-      QkKeys<R, V>(q + int64_t(i0) * dim, dim, kT, kt_stride, n_keys, sink, pf);
+      keys.template Run<R, V>(q + int64_t(i0) * dim, dim, sink, pf);
     }
   };
   if constexpr (Q != 16 && Q != 8 && Q != 4 && Q != 2 && Q != 1) rows(TileRows<Q>{});
@@ -350,21 +406,33 @@ HWY_INLINE int TileVectors(int n_keys) {
   return vecs >= kWide ? kWide : vecs >= 2 ? 2 : 1;
 }
 
+// AVX2 with at most 2 queries (a sparse row's heads of a KV group, the tiny preset's 2) and 4 key
+// vectors or more: tiles of 2 queries x 4 vectors, 8 chains where 2 x 2 kept 4, each waiting out its
+// multiply-add's latency (2 x 4 accumulators, 4 keys and a broadcast still fit 16 registers).
+constexpr bool kFewQueriesWide = kWide < 4;
+HWY_INLINE bool FewQueriesWide(int nq, int n_keys) {
+  return kFewQueriesWide && nq <= 2 && n_keys >= 4 * int(hn::Lanes(DF()));
+}
+
 // Inner-loop steps of a q·k call, at most: the prefetch is spread over them, so an overestimate
 // would leave the end of the next page unrequested.
 HWY_INLINE int64_t QkSteps(int nq, int dim, int n_keys) {
   const int N = int(hn::Lanes(DF()));
-  const int V = TileVectors(n_keys), Q = kQkAcc / V;
+  const bool few = FewQueriesWide(nq, n_keys);
+  const int V = few ? 4 : TileVectors(n_keys), Q = few ? 2 : kQkAcc / V;
   return int64_t(dim) * (nq > Q ? nq / Q : 1) * (n_keys > V * N ? n_keys / (V * N) : 1);
 }
 
-template <typename T, class Sink>
-HWY_INLINE void QkForTiles(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink,
-                           Prefetch& pf) {
+template <class Keys, class Sink>
+HWY_INLINE void QkForTiles(const float* q, int nq, int dim, const Keys& keys, Sink& sink, Prefetch& pf) {
+  const int n_keys = keys.n_keys;
+  if constexpr (kFewQueriesWide) {
+    if (FewQueriesWide(nq, n_keys)) return QkRows<2, 4>(q, nq, dim, keys, sink, pf);
+  }
   const int V = TileVectors(n_keys);
-  if (V == kWide) QkRows<kQkAcc / kWide, kWide>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
-  else if (V == 2) QkRows<kQkAcc / 2, 2>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
-  else QkRows<kQkAcc, 1>(q, nq, dim, kT, kt_stride, n_keys, sink, pf);
+  if (V == kWide) QkRows<kQkAcc / kWide, kWide>(q, nq, dim, keys, sink, pf);
+  else if (V == 2) QkRows<kQkAcc / 2, 2>(q, nq, dim, keys, sink, pf);
+  else QkRows<kQkAcc, 1>(q, nq, dim, keys, sink, pf);
 }
 
 // Stores score vectors to S rows (stride ld), the last one cut at n_keys. With scales (an fp8
@@ -374,10 +442,14 @@ struct ScoreStore {
   int ld, n_keys, i0 = 0, t0 = 0;
   const uint8_t* scales = nullptr;
   int scale_len = 0;
+  const uint8_t* const* page_scales = nullptr;  // a step's pages (QkPagedKeys): page p's scales
+  int page_keys = 0;                            // B, a multiple of the vector width
   HWY_INLINE void one(DF df, float* row, int t, VF v) const {
     const int N = int(hn::Lanes(df));
     if (t >= n_keys) return;
     if (scales != nullptr) v = hn::Mul(v, LoadScales(df, scales, t, scale_len));
+    if (page_scales != nullptr)
+      v = hn::Mul(v, LoadScales(df, page_scales[t / page_keys], t % page_keys, page_keys));
     if (t + N <= n_keys) hn::StoreU(v, df, row + t);
     else StoreFirst(df, v, row + t, n_keys - t);
   }
@@ -423,7 +495,7 @@ void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n
               const void* pf_region, size_t pf_bytes) {
   Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
   ScoreStore store{S, ld, n_keys};
-  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, store, pf);
+  QkForTiles(q, nq, dim, BlockKeys<T>{kT, kt_stride, n_keys}, store, pf);
 }
 
 template <typename T>
@@ -432,7 +504,7 @@ void QkBlockMax(const float* q, int nq, int dim, const T* kT, int kt_stride, int
   Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
   for (int i = 0; i < nq; ++i) out[i] = -HUGE_VALF;
   MaxFold fold{out, n_keys};
-  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
+  QkForTiles(q, nq, dim, BlockKeys<T>{kT, kt_stride, n_keys}, fold, pf);
 }
 
 // An fp8 cache: E4M3 keys with one scale per key (its column of kT).
@@ -442,7 +514,7 @@ void QkScoresFp8(const float* q, int nq, int dim, const uint8_t* kT, const uint8
   ScoreStore store{S, ld, n_keys};
   store.scales = scales;
   store.scale_len = kt_stride;
-  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, store, pf);
+  QkForTiles(q, nq, dim, BlockKeys<uint8_t>{kT, kt_stride, n_keys}, store, pf);
 }
 
 void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride,
@@ -452,7 +524,34 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
   MaxFold fold{out, n_keys};
   fold.scales = scales;
   fold.scale_len = kt_stride;
-  QkForTiles(q, nq, dim, kT, kt_stride, n_keys, fold, pf);
+  QkForTiles(q, nq, dim, BlockKeys<uint8_t>{kT, kt_stride, n_keys}, fold, pf);
+}
+
+// A step's pages ([dim][B] each, QkPagedKeys): with B not a multiple of the vector width, a call
+// per page into its columns of S, the same bits.
+template <typename T>
+void QkScoresPaged(const float* q, int nq, int dim, const T* const* pages, int B, int n_keys, float* S, int ld) {
+  Prefetch pf(nullptr, 0, 0);
+  if (B % int(hn::Lanes(DF())) != 0) {
+    for (int p = 0; p * B < n_keys; ++p) QkScores<T>(q, nq, dim, pages[p], B, Min(B, n_keys - p * B), S + p * B, ld, nullptr, 0);
+    return;
+  }
+  ScoreStore store{S, ld, n_keys};
+  QkForTiles(q, nq, dim, PagedKeys<T>{pages, B, n_keys}, store, pf);
+}
+
+void QkScoresPagedFp8(const float* q, int nq, int dim, const uint8_t* const* pages, const uint8_t* const* scales, int B,
+                      int n_keys, float* S, int ld) {
+  Prefetch pf(nullptr, 0, 0);
+  if (B % int(hn::Lanes(DF())) != 0) {
+    for (int p = 0; p * B < n_keys; ++p)
+      QkScoresFp8(q, nq, dim, pages[p], scales[p], B, Min(B, n_keys - p * B), S + p * B, ld, nullptr, 0);
+    return;
+  }
+  ScoreStore store{S, ld, n_keys};
+  store.page_scales = scales;
+  store.page_keys = B;
+  QkForTiles(q, nq, dim, PagedKeys<uint8_t>{pages, B, n_keys}, store, pf);
 }
 
 // An fp8 cache's P·V: each value row's scale (x 2^8, see LoadWide) goes into its column of P, then
@@ -460,10 +559,13 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
 template <typename T>
 void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o, const void* pf_region,
                   size_t pf_bytes);
+template <typename T>
+void PvAccumulatePaged(const float* P, int heads, int ld, int n_keys, const T* const* pages, int B, int hd, float* o);
 
-void PvAccumulateFp8(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* scales, int hd,
-                     float* o, const void* pf_region, size_t pf_bytes) {
-  // Per-thread scratch that only grows (no std:: container: see the top of this file).
+// P with each column t multiplied by 2^8 x value row t's scale (the row's page scales[t / B]), in
+// a per-thread scratch (heads, n_keys) that only grows (no std:: container: see the top of this
+// file).
+float* ScaledWeights(const float* P, int heads, int ld, int n_keys, const uint8_t* const* scales, int B) {
   struct Scratch {
     float* p = nullptr;
     size_t cap = 0;
@@ -477,13 +579,28 @@ void PvAccumulateFp8(const float* P, int heads, int ld, int n_keys, const uint8_
     scratch.cap = need;
   }
   float* buf = scratch.p;
-  for (int t = 0; t < n_keys; ++t) {
-    uint32_t bits = uint32_t(scales[t] + 8) << 23;
-    float f;
-    __builtin_memcpy(&f, &bits, sizeof f);
-    for (int h = 0; h < heads; ++h) buf[size_t(h) * n_keys + t] = P[int64_t(h) * ld + t] * f;
+  for (int t0 = 0, p = 0; t0 < n_keys; t0 += B, ++p) {
+    const int rows = Min(B, n_keys - t0);
+    for (int t = t0; t < t0 + rows; ++t) {
+      uint32_t bits = uint32_t(scales[p][t - t0] + 8) << 23;
+      float f;
+      __builtin_memcpy(&f, &bits, sizeof f);
+      for (int h = 0; h < heads; ++h) buf[size_t(h) * n_keys + t] = P[int64_t(h) * ld + t] * f;
+    }
   }
+  return buf;
+}
+
+void PvAccumulateFp8(const float* P, int heads, int ld, int n_keys, const uint8_t* v, const uint8_t* scales, int hd,
+                     float* o, const void* pf_region, size_t pf_bytes) {
+  const float* buf = ScaledWeights(P, heads, ld, n_keys, &scales, n_keys);
   PvAccumulate<uint8_t>(buf, heads, n_keys, n_keys, v, hd, o, pf_region, pf_bytes);
+}
+
+void PvAccumulatePagedFp8(const float* P, int heads, int ld, int n_keys, const uint8_t* const* pages,
+                          const uint8_t* const* scales, int B, int hd, float* o) {
+  const float* buf = ScaledWeights(P, heads, ld, n_keys, scales, B);
+  PvAccumulatePaged<uint8_t>(buf, heads, n_keys, n_keys, pages, B, hd, o);
 }
 
 // ------------------------------------------------------------------ online softmax
@@ -565,14 +682,22 @@ void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float
 }
 
 // ------------------------------------------------------------------ P·V
+// The value rows of a call: row t at at[t / B] + (t % B)·hd, pages of B rows (one block: one page
+// of n_keys rows; a step of several blocks: each block's V page in its own place).
+template <typename T>
+struct ValuePages {
+  const T* const* at;
+  int B;
+};
+
 // A tile is H heads (H <= 6) × V vectors of head dims from d0 (V <= 4, H·V <= 16).
 
 // o[h][d0, d0 + V·N) += Σ_t P[h][t] · v[t][d0, ...), `avail` of those dims valid (kTail: fewer than
 // V·N). v rows are hd apart, so a full-width load of a partial vector reads into the next rows;
 // where that would leave v's n_keys rows, and for the output, partial vectors go through buffers.
 template <int H, int V, bool kTail, typename T>
-HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, int hd, int d0, int avail, float* o,
-                       Prefetch& pf) {
+HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const ValuePages<T>& v, int hd, int d0, int avail,
+                         float* o, Prefetch& pf) {
   const int N = int(hn::Lanes(df));
   auto part = [&](int j) HWY_ATTR { return !kTail || avail >= (j + 1) * N ? N : avail - j * N; };
 #define M3_LOAD_O(k)                                                                                     \
@@ -583,16 +708,9 @@ HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, 
   }
   M3_ACC16(M3_LOAD_O)
 #undef M3_LOAD_O
-  // kTail: the rows whose full-width loads stay inside v's n_keys rows load full width (the lanes
-  // past avail are never stored); the last ones, whose loads would leave v, go through buffers.
-  int full_rows = n_keys;
-  if (kTail) {
-    const int64_t limit = int64_t(n_keys) * hd - d0 - int64_t(V) * N;  // full width is safe for t·hd <= limit
-    full_rows = limit < 0 ? 0 : int(limit / hd + 1 < n_keys ? limit / hd + 1 : n_keys);
-  }
-  auto step = [&](int t, auto load) HWY_ATTR {
+  // Row t of the step, at vt, with its weights in column t of P.
+  auto step = [&](int t, const T* vt, auto load) HWY_ATTR {
     pf.Step();
-    const T* vt = v + int64_t(t) * hd + d0;
     const VF v0 = load(vt, 0);
     const VF v1 = V > 1 ? load(vt, 1) : v0;
     const VF v2 = V > 2 ? load(vt, 2) : v0;
@@ -602,11 +720,24 @@ HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, 
     M3_ACC16(M3_PV_FMA)
 #undef M3_PV_FMA
   };
-  for (int t = 0; t < full_rows; ++t) step(t, [&](const T* p, int j) HWY_ATTR { return LoadWide(df, p + j * N); });
-  for (int t = full_rows; t < n_keys; ++t)
-    step(t, [&](const T* p, int j) HWY_ATTR {
-      return part(j) == N ? LoadWide(df, p + j * N) : LoadFirst(df, p + j * N, part(j));
-    });
+  auto full = [&](const T* p, int j) HWY_ATTR { return LoadWide(df, p + j * N); };
+  auto partial = [&](const T* p, int j) HWY_ATTR {
+    return part(j) == N ? LoadWide(df, p + j * N) : LoadFirst(df, p + j * N, part(j));
+  };
+  for (int p = 0, t0 = 0; t0 < n_keys; ++p, t0 += v.B) {
+    const T* page = v.at[p] + d0;
+    const int rows = Min(v.B, n_keys - t0);
+    // kTail: the rows whose full-width loads stay inside the page's rows load full width (the
+    // lanes past avail are never stored); the last ones, whose loads would leave it, go through
+    // buffers.
+    int full_rows = rows;
+    if (kTail) {
+      const int64_t limit = int64_t(rows) * hd - d0 - int64_t(V) * N;  // full width is safe for t·hd <= limit
+      full_rows = limit < 0 ? 0 : int(limit / hd + 1 < rows ? limit / hd + 1 : rows);
+    }
+    for (int t = 0; t < full_rows; ++t) step(t0 + t, page + int64_t(t) * hd, full);
+    for (int t = full_rows; t < rows; ++t) step(t0 + t, page + int64_t(t) * hd, partial);
+  }
 #define M3_STORE_O(k)                                                 \
   if constexpr (k < H * V) {                                          \
     float* op = o + int64_t(k / V) * hd + d0 + (k % V) * N;           \
@@ -619,7 +750,8 @@ HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const T* v, 
 
 // H heads × all head dims: tiles of V vectors, then one tail tile of what is left.
 template <int H, int V, typename T>
-HWY_INLINE void PvHeads(DF df, const float* P, int ld, int n_keys, const T* v, int hd, float* o, Prefetch& pf) {
+HWY_INLINE void PvHeads(DF df, const float* P, int ld, int n_keys, const ValuePages<T>& v, int hd, float* o,
+                        Prefetch& pf) {
   const int N = int(hn::Lanes(df));
   int d0 = 0;
   for (; d0 + V * N <= hd; d0 += V * N) PvTile<H, V, false>(df, P, ld, n_keys, v, hd, d0, V * N, o, pf);
@@ -643,8 +775,8 @@ HWY_INLINE void PvHeads(DF df, const float* P, int ld, int n_keys, const T* v, i
 }
 
 template <typename T>
-void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o, const void* pf_region,
-                  size_t pf_bytes) {
+void PvAccumulatePages(const float* P, int heads, int ld, int n_keys, const ValuePages<T>& v, int hd, float* o,
+                       const void* pf_region, size_t pf_bytes) {
   const DF df;
   const int N = int(hn::Lanes(df));
   constexpr int V4 = kMaxAcc / 4, V3 = Min(4, kMaxAcc / 3), V2 = Min(4, kMaxAcc / 2);
@@ -665,6 +797,18 @@ void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int
   else if (heads - h == 1) PvHeads<1, 4>(df, Ph, ld, n_keys, v, hd, oh, pf);
 }
 
+template <typename T>
+void PvAccumulate(const float* P, int heads, int ld, int n_keys, const T* v, int hd, float* o, const void* pf_region,
+                  size_t pf_bytes) {
+  const T* one[1] = {v};
+  PvAccumulatePages(P, heads, ld, n_keys, ValuePages<T>{one, n_keys}, hd, o, pf_region, pf_bytes);
+}
+
+template <typename T>
+void PvAccumulatePaged(const float* P, int heads, int ld, int n_keys, const T* const* pages, int B, int hd, float* o) {
+  PvAccumulatePages(P, heads, ld, n_keys, ValuePages<T>{pages, B}, hd, o, nullptr, 0);
+}
+
 #undef M3_ZERO
 #undef M3_ACC16
 
@@ -680,7 +824,13 @@ const AttentionKernels kAttentionKernels{kName,
                                          &PvAccumulate<uint16_t>,
                                          &QkScoresFp8,
                                          &QkBlockMaxFp8,
-                                         &PvAccumulateFp8};
+                                         &PvAccumulateFp8,
+                                         &QkScoresPaged<float>,
+                                         &QkScoresPaged<uint16_t>,
+                                         &QkScoresPagedFp8,
+                                         &PvAccumulatePaged<float>,
+                                         &PvAccumulatePaged<uint16_t>,
+                                         &PvAccumulatePagedFp8};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace m3

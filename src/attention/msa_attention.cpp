@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
+#include <type_traits>
 
 #include "attention/attention_kernels.h"
 #include "attention/msa_select.h"
@@ -45,6 +45,62 @@ void with_pages(const CachePageView& kT, const CachePageView& v, F&& f) {
     case DType::F8_E4M3: f(Fp8Page{kT.as<uint8_t>(), kT.scales}, Fp8Page{v.as<uint8_t>(), v.scales}); break;
     default: f(kT.as<float>(), v.as<float>()); break;
   }
+}
+
+// The pages of a softmax step's blocks, in the step's order: one q·k call and one P·V call cover
+// them all (qk_scores_paged, pv_accumulate_paged), so that a q·k tile takes key vectors of several
+// small blocks at once (a block of the tiny preset is 16 keys x 2 heads: alone, too few chains to
+// hide a multiply-add's latency). Each score is still one chain over the dims and each output one
+// chain over the step's keys in order: the same bits as a call per block.
+template <typename T>
+struct StepPages {
+  std::vector<const T*> k, v;
+  void clear() {
+    k.clear();
+    v.clear();
+  }
+  void put(const T* kT, const T* vp) {
+    k.push_back(kT);
+    v.push_back(vp);
+  }
+  void scores(const float* q, int nq, int dim, int B, int n_keys, float* S, int ld) const {
+    qk_scores_paged(q, nq, dim, k.data(), B, n_keys, S, ld);
+  }
+  void values(const float* P, int heads, int ld, int n_keys, int B, int hd, float* o) const {
+    pv_accumulate_paged(P, heads, ld, n_keys, v.data(), B, hd, o);
+  }
+};
+template <>
+struct StepPages<Fp8Page> {
+  std::vector<const uint8_t*> k, v, ks, vs;
+  void clear() {
+    k.clear();
+    v.clear();
+    ks.clear();
+    vs.clear();
+  }
+  void put(Fp8Page kT, Fp8Page vp) {
+    k.push_back(kT.data);
+    ks.push_back(kT.scales);
+    v.push_back(vp.data);
+    vs.push_back(vp.scales);
+  }
+  void scores(const float* q, int nq, int dim, int B, int n_keys, float* S, int ld) const {
+    qk_scores_paged(q, nq, dim, k.data(), ks.data(), B, n_keys, S, ld);
+  }
+  void values(const float* P, int heads, int ld, int n_keys, int B, int hd, float* o) const {
+    pv_accumulate_paged(P, heads, ld, n_keys, v.data(), vs.data(), B, hd, o);
+  }
+};
+
+// The page type a cache's pages are read as (float, bf16 bits, fp8).
+template <typename P>
+P page_as(const CachePageView& view) {
+  return view.as<std::remove_const_t<std::remove_pointer_t<P>>>();
+}
+template <>
+Fp8Page page_as<Fp8Page>(const CachePageView& view) {
+  return {view.as<uint8_t>(), view.scales};
 }
 
 }  // namespace
@@ -151,14 +207,15 @@ namespace {
 // decode step at 1M keeps 128 partial states per group.
 int segment_blocks(bool sparse) { return sparse ? 8 : 64; }
 
-// Blocks per online-softmax step. A sparse row takes one step per selected block. A dense row
-// takes one per `span` consecutive blocks (aligned to multiples of span from block 0, so never
-// across a segment), at least 128 keys a step: with small blocks (the tiny preset's 16 keys) the
-// step's fixed work (a maximum, a correction exponential, a sum, the rescale of every accumulator)
-// was a fifth of dense attention (docs/BENCHMARKS.md §0l). Decode and prefill step alike.
+// Entries of a row's block list per online-softmax step: `span` of them (aligned to multiples of
+// span from the list's start, so never across a segment), up to 128 keys a step. Blocks of 128
+// keys (M3's) take a step each. With small blocks (the tiny preset's 16 keys) the step's fixed
+// work (a maximum, a correction exponential, a sum, the rescale of every accumulator) was a fifth
+// of dense attention (docs/BENCHMARKS.md §0l), and most of sparse attention's (§0t). A dense row's
+// entries are consecutive blocks, a sparse row's its selected ones. Decode and prefill step alike.
 int softmax_span(int block_size, bool sparse) {
   int span = 1;
-  while (!sparse && span * 2 * block_size <= 128 && span * 2 <= segment_blocks(false)) span *= 2;
+  while (span * 2 * block_size <= 128 && span * 2 <= segment_blocks(sparse)) span *= 2;
   return span;
 }
 
@@ -176,13 +233,26 @@ void fold_state(int Hg, int hd, float* M, float* L, float* O, const float* m, co
   }
 }
 
+// Calls f with a null page of the type the cache's pages are read as (float, bf16 bits, fp8).
+template <typename F>
+void with_page_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::BF16: f(static_cast<const uint16_t*>(nullptr)); break;
+    case DType::F8_E4M3: f(Fp8Page{}); break;
+    default: f(static_cast<const float*>(nullptr)); break;
+  }
+}
+template <typename P>
+using StepPagesFor = StepPages<std::remove_const_t<std::remove_pointer_t<P>>>;
+
 // Online softmax of one row's Hg query heads (q pre-scaled) over entries [j0, j1) of its block list:
-// leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim). `span`
-// consecutive entries (dense rows: consecutive blocks) make one softmax step; S holds Hg rows of
-// span x B scores.
+// leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim); block_of(j) is
+// entry j's block. `span` consecutive entries make one softmax step (softmax_span); S holds Hg rows
+// of span x B scores. A step of several entries reads their pages through `step` (StepPages).
+template <typename P, class BlockOf>
 void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, const float* q, int Hg, int hd,
-                       const std::function<int32_t(int32_t)>& block_of, int32_t j0, int32_t j1, int span, float* m,
-                       float* l, float* o, float* S) {
+                       const BlockOf& block_of, int32_t j0, int32_t j1, int span, float* m, float* l, float* o,
+                       float* S, StepPagesFor<P>& step) {
   const int B = cache.shape().block_size;
   const int ld = span * B;
   const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
@@ -192,31 +262,82 @@ void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, cons
   auto keys_of = [&](int64_t b) { return int(std::min<int64_t>(B, pos + 1 - b * B)); };  // causal inside the local block
   for (int32_t u = j0; u < j1; u += span) {
     const int32_t u1 = std::min(u + span, j1);
-    // The pages of the next unit are requested into L2 while this one is computed, the K (V) page
-    // of its j-th entry during the q·k (P·V) call of this unit's j-th.
-    auto next_of = [&](int32_t j, bool v) -> const void* {
-      if (j + span >= j1) return nullptr;
-      const int64_t nb = block_of(j + span);
-      return v ? cache.v_block(layer, nb, g).data : cache.k_block_t(layer, nb, g).data;
-    };
     int n_keys = 0;
-    for (int32_t j = u; j < u1; ++j) {
-      const int64_t b = block_of(j);
-      const void* next_k = next_of(j, false);
-      with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), [&](auto kT, auto) {
-        scores_of(q, Hg, hd, kT, B, keys_of(b), S + (j - u) * B, ld, next_k, next_k ? page : 0);
-      });
-      n_keys += keys_of(b);
+    if (u1 - u > 1) {
+      step.clear();
+      for (int32_t j = u; j < u1; ++j) {
+        const int64_t b = block_of(j);
+        step.put(page_as<P>(cache.k_block_t(layer, b, g)), page_as<P>(cache.v_block(layer, b, g)));
+        n_keys += keys_of(b);
+      }
+      step.scores(q, Hg, hd, B, n_keys, S, ld);
+      softmax_block_update(S, Hg, ld, n_keys, m, l, o, hd);
+      step.values(S, Hg, ld, n_keys, B, hd, o);
+      continue;
     }
+    // One block: read in place. The pages of the next step are requested into L2 while this one
+    // is computed, the K page during the q·k call and the V page during the P·V call.
+    const int64_t b = block_of(u);
+    const int64_t nb = u + span < j1 ? block_of(u + span) : -1;
+    n_keys = keys_of(b);
+    const void* next_k = nb >= 0 ? cache.k_block_t(layer, nb, g).data : nullptr;
+    const void* next_v = nb >= 0 ? cache.v_block(layer, nb, g).data : nullptr;
+    scores_of(q, Hg, hd, page_as<P>(cache.k_block_t(layer, b, g)), B, n_keys, S, ld, next_k, next_k ? page : 0);
     softmax_block_update(S, Hg, ld, n_keys, m, l, o, hd);
-    for (int32_t j = u; j < u1; ++j) {
-      const int64_t b = block_of(j);
-      const void* next_v = next_of(j, true);
-      with_pages(cache.k_block_t(layer, b, g), cache.v_block(layer, b, g), [&](auto, auto v) {
-        values_of(S + (j - u) * B, Hg, ld, keys_of(b), v, hd, o, next_v, next_v ? page : 0);
-      });
-    }
+    values_of(S, Hg, ld, n_keys, page_as<P>(cache.v_block(layer, b, g)), hd, o, next_v, next_v ? page : 0);
   }
+}
+
+// Sparse rows whose blocks are small (softmax_span > 1): each row and KV group on its own, its list
+// in segments and steps as a decode split computes them (attend_row_blocks), the segments folded in
+// order, so decode and prefill give the same bits. The tile walk below shares a page between the
+// rows of a tile that selected it; scattered selections of small blocks share few, and a step over
+// several of them is worth more (docs/BENCHMARKS.md §0t).
+void sparse_rows_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run,
+                     const BlockSelection& sel, float* out) {
+  const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
+  const int B = cache.shape().block_size;
+  const float scale = float(1.0 / std::sqrt(double(hd)));
+  const int seg = segment_blocks(true), span = softmax_span(B, true);
+  with_page_type(cache.dtype(), [&](auto tag) {
+    using P = decltype(tag);
+    pool.parallel_for(run.rows * G, [&](int64_t t0, int64_t t1) {
+      StepPagesFor<P> step;
+      const size_t per_row = size_t(Hg) * hd;
+      std::vector<float> q(per_row), S(size_t(Hg) * span * B), m(static_cast<size_t>(Hg)), l(m.size()), o(per_row);
+      std::vector<float> M(m.size()), L(m.size()), O(per_row);
+      for (int64_t task = t0; task < t1; ++task) {
+        const int64_t r = task / G;
+        const int g = int(task % G);
+        const int64_t pos = run.first_pos + r;
+        const float* qg = run.q + (r * run.q_heads + int64_t(g) * Hg) * hd;
+        for (size_t e = 0; e < per_row; ++e) q[e] = qg[e] * scale;
+        const int32_t* list = sel.blocks.data() + task * sel.topk;
+        const int32_t count = sel.count[size_t(task)];
+        auto block_of = [&](int32_t j) { return list[j]; };
+        const float* res = o.data();  // the result is res / den
+        const float* den = l.data();
+        if (count <= seg) {
+          attend_row_blocks<P>(cache, layer, g, pos, q.data(), Hg, hd, block_of, 0, count, span, m.data(), l.data(),
+                               o.data(), S.data(), step);
+        } else {
+          std::fill(M.begin(), M.end(), -INFINITY);
+          std::fill(L.begin(), L.end(), 0.0f);
+          std::fill(O.begin(), O.end(), 0.0f);
+          for (int32_t j0 = 0; j0 < count; j0 += seg) {
+            attend_row_blocks<P>(cache, layer, g, pos, q.data(), Hg, hd, block_of, j0, std::min(j0 + seg, count), span,
+                                 m.data(), l.data(), o.data(), S.data(), step);
+            fold_state(Hg, hd, M.data(), L.data(), O.data(), m.data(), l.data(), o.data());
+          }
+          res = O.data();
+          den = L.data();
+        }
+        float* dst = out + (r * run.q_heads + int64_t(g) * Hg) * hd;
+        for (int h = 0; h < Hg; ++h)
+          for (int d = 0; d < hd; ++d) dst[h * hd + d] = res[h * hd + d] / den[h];
+      }
+    });
+  });
 }
 
 // One row (a decode step) with more threads than KV groups: the segments of every group are
@@ -233,18 +354,22 @@ void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, cons
   for (int g = 0; g < G; ++g) segs = std::max(segs, (count(g) + seg - 1) / seg);
   std::vector<float> pm(size_t(G) * segs * Hg), pl(pm.size()), po(pm.size() * size_t(hd));
 
-  pool.parallel_for(int64_t(G) * segs, [&](int64_t t0, int64_t t1) {
-    std::vector<float> q(size_t(Hg) * hd), S(size_t(Hg) * span * B);
-    for (int64_t task = t0; task < t1; ++task) {
-      const int g = int(task / segs);
-      const int32_t j0 = int32_t(task % segs) * seg, j1 = std::min(j0 + seg, count(g));
-      if (j0 >= j1) continue;
-      const float* qg = run.q + int64_t(g) * Hg * hd;
-      for (size_t e = 0; e < q.size(); ++e) q[e] = qg[e] * scale;
-      auto block_of = [&](int32_t j) { return sel ? sel->blocks[size_t(g) * sel->topk + size_t(j)] : j; };
-      attend_row_blocks(cache, layer, g, pos, q.data(), Hg, hd, block_of, j0, j1, span, pm.data() + task * Hg,
-                        pl.data() + task * Hg, po.data() + task * Hg * hd, S.data());
-    }
+  with_page_type(cache.dtype(), [&](auto tag) {
+    using P = decltype(tag);
+    pool.parallel_for(int64_t(G) * segs, [&](int64_t t0, int64_t t1) {
+      std::vector<float> q(size_t(Hg) * hd), S(size_t(Hg) * span * B);
+      StepPagesFor<P> step;
+      for (int64_t task = t0; task < t1; ++task) {
+        const int g = int(task / segs);
+        const int32_t j0 = int32_t(task % segs) * seg, j1 = std::min(j0 + seg, count(g));
+        if (j0 >= j1) continue;
+        const float* qg = run.q + int64_t(g) * Hg * hd;
+        for (size_t e = 0; e < q.size(); ++e) q[e] = qg[e] * scale;
+        auto block_of = [&](int32_t j) { return sel ? sel->blocks[size_t(g) * sel->topk + size_t(j)] : j; };
+        attend_row_blocks<P>(cache, layer, g, pos, q.data(), Hg, hd, block_of, j0, j1, span, pm.data() + task * Hg,
+                             pl.data() + task * Hg, po.data() + task * Hg * hd, S.data(), step);
+      }
+    });
   });
 
   std::vector<float> M(static_cast<size_t>(Hg)), L(static_cast<size_t>(Hg));
@@ -277,6 +402,10 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
     attention_row_split(pool, cache, layer, run, sel, out);
     return;
   }
+  if (sel != nullptr && span > 1) {
+    sparse_rows_run(pool, cache, layer, run, *sel, out);
+    return;
+  }
   // Rows are processed in tiles per KV group, walking the union of the tile's blocks in ascending
   // order: a K/V block is loaded once for every row and query head of the tile that uses it. Each
   // row still sees its own blocks in ascending order, so its result does not depend on the tile
@@ -287,8 +416,9 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
   // leaves at least two tasks per thread. Measured in docs/BENCHMARKS.md §1.
   const int64_t tile_rows = std::clamp<int64_t>(run.rows * G / (2 * int64_t(pool.size())), 8, 128);
   const int64_t tiles = (run.rows + tile_rows - 1) / tile_rows;
-  // A unit is what one softmax step covers: a block of a sparse row's list, or `span` consecutive
-  // blocks of a dense row (softmax_span), whose scores sit side by side in S rows of ld floats.
+  // A unit is what one softmax step covers: a block of a sparse row's list (blocks of 128 keys and
+  // more; smaller ones went to sparse_rows_run), or `span` consecutive blocks of a dense row
+  // (softmax_span), whose scores sit side by side in S rows of ld floats.
   const int ld = span * B;
   // Rows per kernel call when consecutive rows share a whole unit: a score buffer of ~16 KiB.
   const int64_t batch_rows = std::max<int64_t>(1, 4096 / (int64_t(Hg) * ld));

@@ -444,6 +444,97 @@ void check_every_path(uint32_t seed) {
 TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseF32) { check_every_path<float>(21); }
 TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseBf16) { check_every_path<uint16_t>(22); }
 
+// A softmax step over several blocks read in place (qk_scores_paged, pv_accumulate_paged) gives the
+// bits of one block holding the same keys in order, on every path: block sizes that are and are not
+// a multiple of the vector width, a short last page, few and many queries. Every page is its own
+// allocation (the last V page exactly its rows), so ASan sees any read past one.
+template <typename T>
+void check_paged_steps(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto draw = [&](size_t n, std::vector<T>& out) {
+    out.resize(n);
+    for (auto& x : out) {
+      if constexpr (std::is_same_v<T, float>) x = std::normal_distribution<float>()(rng);
+      else if constexpr (std::is_same_v<T, uint16_t>) x = f32_to_bf16(std::normal_distribution<float>()(rng));
+      else do x = uint8_t(rng()); while ((x & 0x7f) == 0x7f);  // E4M3, no NaN codes
+    }
+  };
+  auto draw_scales = [&](size_t n) {
+    std::vector<uint8_t> s(n);
+    for (auto& x : s) x = uint8_t(118 + rng() % 12);
+    return s;
+  };
+  constexpr bool kFp8 = std::is_same_v<T, uint8_t>;
+  for (CpuPath path : runnable_paths()) {
+    const AttentionKernels& k = attention_kernels_for(path);
+    for (int B : {4, 8, 12, 16, 32, 64})
+      for (int pages : {1, 2, 3, 5})
+        for (int dim : {7, 32, 80})
+          for (int nq : {1, 2, 3, 6, 9}) {
+            const int last = 1 + int(rng() % uint32_t(B));
+            const int n_keys = (pages - 1) * B + last, hd = dim;
+            std::vector<std::vector<T>> kp(static_cast<size_t>(pages)), vp(static_cast<size_t>(pages));
+            std::vector<std::vector<uint8_t>> ksc(static_cast<size_t>(pages)), vsc(static_cast<size_t>(pages));
+            std::vector<const T*> kptr, vptr;
+            std::vector<const uint8_t*> ksp, vsp;
+            // The same keys and values as one block: K [dim][n_keys], V [n_keys][hd], scales in order.
+            std::vector<T> kT(size_t(dim) * n_keys), v(size_t(n_keys) * hd);
+            std::vector<uint8_t> ks, vs;
+            for (int p = 0; p < pages; ++p) {
+              const int rows = p + 1 < pages ? B : last;
+              draw(size_t(dim) * B, kp[size_t(p)]);
+              draw(size_t(rows) * hd, vp[size_t(p)]);
+              ksc[size_t(p)] = draw_scales(size_t(B));
+              vsc[size_t(p)] = draw_scales(size_t(rows));
+              kptr.push_back(kp[size_t(p)].data());
+              vptr.push_back(vp[size_t(p)].data());
+              ksp.push_back(ksc[size_t(p)].data());
+              vsp.push_back(vsc[size_t(p)].data());
+              for (int d = 0; d < dim; ++d)
+                for (int t = 0; t < rows; ++t) kT[size_t(d) * n_keys + p * B + t] = kp[size_t(p)][size_t(d) * B + t];
+              std::copy(vp[size_t(p)].begin(), vp[size_t(p)].end(), v.begin() + size_t(p) * B * hd);
+              ks.insert(ks.end(), ksc[size_t(p)].begin(), ksc[size_t(p)].begin() + rows);
+              vs.insert(vs.end(), vsc[size_t(p)].begin(), vsc[size_t(p)].end());
+            }
+            const int ld = pages * B + 3;
+            const auto q = randn(rng, size_t(nq) * dim);
+            std::vector<float> S(size_t(nq) * ld, 7.0f), S1 = S;
+            if constexpr (kFp8) {
+              k.qk_scores_paged_fp8(q.data(), nq, dim, kptr.data(), ksp.data(), B, n_keys, S.data(), ld);
+              k.qk_scores_fp8(q.data(), nq, dim, kT.data(), ks.data(), n_keys, n_keys, S1.data(), ld, nullptr, 0);
+            } else if constexpr (std::is_same_v<T, float>) {
+              k.qk_scores_paged_f32(q.data(), nq, dim, kptr.data(), B, n_keys, S.data(), ld);
+              k.qk_scores_f32(q.data(), nq, dim, kT.data(), n_keys, n_keys, S1.data(), ld, nullptr, 0);
+            } else {
+              k.qk_scores_paged_bf16(q.data(), nq, dim, kptr.data(), B, n_keys, S.data(), ld);
+              k.qk_scores_bf16(q.data(), nq, dim, kT.data(), n_keys, n_keys, S1.data(), ld, nullptr, 0);
+            }
+            const std::string where = std::string(cpu_path_name(path)) + " B " + std::to_string(B) + " pages " +
+                                      std::to_string(pages) + " last " + std::to_string(last) + " dim " +
+                                      std::to_string(dim) + " nq " + std::to_string(nq);
+            ASSERT_TRUE(same_bits(S, S1)) << where << ": paged scores differ from one block's (or wrote past n_keys)";
+            const auto P = randn(rng, size_t(nq) * ld);
+            const auto o0 = randn(rng, size_t(nq) * hd);
+            std::vector<float> o = o0, o1 = o0;
+            if constexpr (kFp8) {
+              k.pv_paged_fp8(P.data(), nq, ld, n_keys, vptr.data(), vsp.data(), B, hd, o.data());
+              k.pv_fp8(P.data(), nq, ld, n_keys, v.data(), vs.data(), hd, o1.data(), nullptr, 0);
+            } else if constexpr (std::is_same_v<T, float>) {
+              k.pv_paged_f32(P.data(), nq, ld, n_keys, vptr.data(), B, hd, o.data());
+              k.pv_f32(P.data(), nq, ld, n_keys, v.data(), hd, o1.data(), nullptr, 0);
+            } else {
+              k.pv_paged_bf16(P.data(), nq, ld, n_keys, vptr.data(), B, hd, o.data());
+              k.pv_bf16(P.data(), nq, ld, n_keys, v.data(), hd, o1.data(), nullptr, 0);
+            }
+            ASSERT_TRUE(same_bits(o, o1)) << where << ": paged P.V differs from one block's";
+          }
+  }
+}
+
+TEST(AttentionKernels, PagedStepsGiveOneBlocksBitsF32) { check_paged_steps<float>(31); }
+TEST(AttentionKernels, PagedStepsGiveOneBlocksBitsBf16) { check_paged_steps<uint16_t>(32); }
+TEST(AttentionKernels, PagedStepsGiveOneBlocksBitsFp8) { check_paged_steps<uint8_t>(33); }
+
 TEST(AttentionKernels, ActivePathIsTheBestOneOrM3Cpu) {
   std::printf("attention kernels here: %s (best path %s)\n", attention_kernel_name(), cpu_path_name(cpu_best_path()));
   EXPECT_STREQ(attention_kernel_name(), attention_kernels_for(cpu_active_path()).name);
