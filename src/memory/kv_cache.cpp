@@ -6,6 +6,7 @@
 
 #include "m3/error.h"
 #include "format/mxfp8_quantize.h"
+#include "memory/page_arena.h"
 
 namespace m3 {
 
@@ -96,10 +97,10 @@ KvCache::KvCache(KvCacheShape shape) : shape_(std::move(shape)) {
 
 namespace {
 
-std::shared_ptr<std::byte[]> new_page(size_t bytes) { return std::shared_ptr<std::byte[]>(new std::byte[bytes]()); }
+std::shared_ptr<std::byte[]> new_page(size_t bytes) { return allocate_cache_page(bytes); }
 
 std::shared_ptr<std::byte[]> copy_page(const std::shared_ptr<std::byte[]>& page, size_t bytes) {
-  std::shared_ptr<std::byte[]> c(new std::byte[bytes]);
+  std::shared_ptr<std::byte[]> c = allocate_cache_page(bytes);
   std::memcpy(c.get(), page.get(), bytes);
   return c;
 }
@@ -194,11 +195,6 @@ int64_t KvCache::shared_pages() const {
   return n;
 }
 
-size_t KvCache::kv_offset(int kv_head, int which) const {
-  const size_t half = size_t(shape_.kv_heads) * shape_.block_size * shape_.head_dim;
-  return which * half + size_t(kv_head) * shape_.block_size * shape_.head_dim;
-}
-
 void KvCache::write_kv(int layer, int64_t pos, int kv_head, const float* k, const float* v) {
   const int64_t block = pos / shape_.block_size;
   const int s = int(pos % shape_.block_size), B = shape_.block_size, hd = shape_.head_dim;
@@ -234,22 +230,9 @@ void KvCache::read_index_k(int layer, int64_t pos, float* ik) const {
               index_page_elems() + size_t(s));
 }
 
-// The pages are allocated as bytes by operator new[] (aligned for any scalar), and each holds only
+// The pages are allocated as bytes, 64-byte aligned (memory/page_arena.h), and each holds only
 // elements of the cache's one dtype (then, on FP8 pages, scale bytes), so viewing them as float,
 // uint16_t or uint8_t arrays is sound.
-CachePageView KvCache::view(const std::byte* page, size_t elem_offset) const {
-  return CachePageView{page + elem_offset * elem_bytes(), shape_.dtype};
-}
-CachePageView KvCache::k_block_t(int layer, int64_t block, int kv_head) const {
-  CachePageView v = view(kv_page(layer, block), kv_offset(kv_head, 0));
-  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(kv_page(layer, block) + kv_scale_offset(kv_head, 0));
-  return v;
-}
-CachePageView KvCache::v_block(int layer, int64_t block, int kv_head) const {
-  CachePageView v = view(kv_page(layer, block), kv_offset(kv_head, 1));
-  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(kv_page(layer, block) + kv_scale_offset(kv_head, 1));
-  return v;
-}
 CachePageView KvCache::index_k_block_t(int layer, int64_t block) const {
   CachePageView v = view(index_page(layer, block), 0);
   if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(index_page(layer, block) + index_page_elems());

@@ -110,7 +110,7 @@ class KvCache {
   CachePageView view(const std::byte* page, size_t elem_offset) const;
   size_t kv_page_elems() const { return size_t(2) * shape_.kv_heads * shape_.block_size * shape_.head_dim; }
   size_t index_page_elems() const { return size_t(shape_.block_size) * shape_.index_dim; }
-  size_t elem_bytes() const { return dtype_size(shape_.dtype); }
+  size_t elem_bytes() const { return shape_.dtype == DType::F32 ? 4 : shape_.dtype == DType::BF16 ? 2 : 1; }  // the constructor's three
   bool fp8() const { return shape_.dtype == DType::F8_E4M3; }
   // Page sizes: the elements, then on FP8 pages one scale byte per stored vector.
   size_t kv_page_bytes() const {
@@ -133,8 +133,28 @@ const T* CachePageView::as() const {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint16_t> || std::is_same_v<T, uint8_t>,
                 "cache pages hold float, bf16 bits or E4M3 bytes");
   const DType want = std::is_same_v<T, float> ? DType::F32 : std::is_same_v<T, uint16_t> ? DType::BF16 : DType::F8_E4M3;
-  check_cache_page_type(dtype, want);
+  if (dtype != want) check_cache_page_type(dtype, want);
   return reinterpret_cast<const T*>(data);
+}
+
+// The page lookups are inline: a sparse row with small blocks (the tiny preset's) makes one per
+// selected block and kernel call, and the calls were 5% of its attention.
+inline size_t KvCache::kv_offset(int kv_head, int which) const {
+  const size_t half = size_t(shape_.kv_heads) * shape_.block_size * shape_.head_dim;
+  return which * half + size_t(kv_head) * shape_.block_size * shape_.head_dim;
+}
+inline CachePageView KvCache::view(const std::byte* page, size_t elem_offset) const {
+  return CachePageView{page + elem_offset * elem_bytes(), shape_.dtype};
+}
+inline CachePageView KvCache::k_block_t(int layer, int64_t block, int kv_head) const {
+  CachePageView v = view(kv_page(layer, block), kv_offset(kv_head, 0));
+  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(kv_page(layer, block) + kv_scale_offset(kv_head, 0));
+  return v;
+}
+inline CachePageView KvCache::v_block(int layer, int64_t block, int kv_head) const {
+  CachePageView v = view(kv_page(layer, block), kv_offset(kv_head, 1));
+  if (fp8()) v.scales = reinterpret_cast<const uint8_t*>(kv_page(layer, block) + kv_scale_offset(kv_head, 1));
+  return v;
 }
 
 }  // namespace m3

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <unordered_map>
 
 #include "m3/dtype.h"
 #include "m3/error.h"
 #include "format/mxfp8_quantize.h"
 #include "memory/kv_cache.h"
+#include "memory/page_arena.h"
 
 using namespace m3;
 
@@ -247,4 +249,42 @@ TEST(KvCacheSharing, WritingAfterTruncationCopiesTheSharedPageFirst) {
   EXPECT_EQ(k1[2], 300.0f);
   EXPECT_EQ(other->k_block_t(0, 0, 0).data, src.k_block_t(0, 0, 0).data);  // block 0 still shared
   EXPECT_NE(other->k_block_t(0, 1, 0).data, src.k_block_t(0, 1, 0).data);
+}
+
+// Cache pages, small (carved from huge-page chunks) and large (from the allocator): zeroed, 64-byte
+// aligned, never overlapping, and zeroed again when a freed page is handed out anew, also when two
+// threads take and drop pages at once.
+TEST(CachePages, ZeroedAlignedDistinctAndZeroedOnReuse) {
+  for (size_t bytes : {size_t(1000), size_t(4096), kMaxArenaPageBytes, kMaxArenaPageBytes + 1}) {
+    std::vector<std::shared_ptr<std::byte[]>> pages;
+    for (int i = 0; i < 40; ++i) {
+      pages.push_back(allocate_cache_page(bytes));
+      const std::byte* p = pages.back().get();
+      ASSERT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u) << bytes;
+      for (size_t b = 0; b < bytes; ++b) ASSERT_EQ(p[b], std::byte{0}) << bytes << " byte " << b;
+      std::memset(pages.back().get(), i + 1, bytes);
+    }
+    for (int i = 0; i < 40; ++i)  // no page wrote into another
+      for (size_t b = 0; b < bytes; b += 97) ASSERT_EQ(pages[size_t(i)][b], std::byte(i + 1)) << bytes;
+    pages.clear();  // back to the free lists, dirty
+    for (int i = 0; i < 40; ++i) {
+      auto p = allocate_cache_page(bytes);
+      for (size_t b = 0; b < bytes; ++b) ASSERT_EQ(p[b], std::byte{0}) << bytes << " reused, byte " << b;
+    }
+  }
+  auto churn = [](int seed, bool* ok) {
+    std::vector<std::shared_ptr<std::byte[]>> held;
+    for (int i = 0; i < 2000; ++i) {
+      auto p = allocate_cache_page(4096);
+      for (size_t b = 0; b < 4096; b += 61) *ok = *ok && p[b] == std::byte{0};
+      std::memset(p.get(), seed, 4096);
+      held.push_back(std::move(p));
+      if (held.size() > 50) held.erase(held.begin(), held.begin() + 25);
+    }
+  };
+  bool ok1 = true, ok2 = true;
+  std::thread t1(churn, 1, &ok1), t2(churn, 2, &ok2);
+  t1.join();
+  t2.join();
+  EXPECT_TRUE(ok1 && ok2) << "a page was handed out dirty while two threads took and dropped pages";
 }
