@@ -139,6 +139,16 @@ void pv_paged_fp8_generic(const float* P, int heads, int ld, int n_keys, const u
     pv_fp8_entry(P + p * B, heads, ld, std::min(B, n_keys - p * B), v[p], scales[p], hd, o, nullptr, 0);
 }
 
+template <typename T>
+void qk_block_max_paged_generic(const float* q, int nq, int dim, const T* const* kT, int n_pages, int B, float* out,
+                                int out_stride) {
+  for (int p = 0; p < n_pages; ++p) qk_block_max_generic(q, nq, dim, kT[p], B, B, out + int64_t(p) * out_stride);
+}
+void qk_block_max_paged_fp8_generic(const float* q, int nq, int dim, const uint8_t* const* kT,
+                                    const uint8_t* const* scales, int n_pages, int B, float* out, int out_stride) {
+  for (int p = 0; p < n_pages; ++p) qk_block_max_generic(q, nq, dim, kT[p], B, B, out + int64_t(p) * out_stride, scales[p]);
+}
+
 constexpr AttentionKernels kGeneric{"generic",
                                     &qk_scores_entry<float>,
                                     &qk_scores_entry<uint16_t>,
@@ -155,7 +165,10 @@ constexpr AttentionKernels kGeneric{"generic",
                                     &qk_scores_paged_fp8_generic,
                                     &pv_paged_generic<float>,
                                     &pv_paged_generic<uint16_t>,
-                                    &pv_paged_fp8_generic};
+                                    &pv_paged_fp8_generic,
+                                    &qk_block_max_paged_generic<float>,
+                                    &qk_block_max_paged_generic<uint16_t>,
+                                    &qk_block_max_paged_fp8_generic};
 
 const PathTables<AttentionKernels>& tables() {
   static const PathTables<AttentionKernels> t{&kGeneric, simd_attention_kernels(CpuPath::Avx2),
@@ -246,6 +259,19 @@ void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const ui
 void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
                          const uint8_t* const* v_scales, int B, int head_dim, float* o) {
   active().pv_paged_fp8(P, heads, ld, n_keys, v, v_scales, B, head_dim, o);
+}
+
+void qk_block_max_paged(const float* q, int nq, int dim, const float* const* kT, int n_pages, int B, float* out,
+                        int out_stride) {
+  active().qk_block_max_paged_f32(q, nq, dim, kT, n_pages, B, out, out_stride);
+}
+void qk_block_max_paged(const float* q, int nq, int dim, const uint16_t* const* kT, int n_pages, int B, float* out,
+                        int out_stride) {
+  active().qk_block_max_paged_bf16(q, nq, dim, kT, n_pages, B, out, out_stride);
+}
+void qk_block_max_paged(const float* q, int nq, int dim, const uint8_t* const* kT, const uint8_t* const* kT_scales,
+                        int n_pages, int B, float* out, int out_stride) {
+  active().qk_block_max_paged_fp8(q, nq, dim, kT, kT_scales, n_pages, B, out, out_stride);
 }
 
 }  // namespace m3

@@ -67,6 +67,15 @@ void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const ui
 void pv_accumulate_paged(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
                          const uint8_t* const* v_scales, int B, int head_dim, float* o);
 
+// The block maxima of n_pages whole blocks at once (the index branch): out[p·out_stride + i] =
+// max_t q_i · kT[p][:, t] over the B keys of page p; the values of qk_block_max on each page.
+void qk_block_max_paged(const float* q, int nq, int dim, const float* const* kT, int n_pages, int B, float* out,
+                        int out_stride);
+void qk_block_max_paged(const float* q, int nq, int dim, const uint16_t* const* kT, int n_pages, int B, float* out,
+                        int out_stride);
+void qk_block_max_paged(const float* q, int nq, int dim, const uint8_t* const* kT, const uint8_t* const* kT_scales,
+                        int n_pages, int B, float* out, int out_stride);
+
 // Which implementation runs ("avx512", "avx2", "sve", "neon" or "generic"); M3_CPU=generic forces the
 // plain path.
 const char* attention_kernel_name();

@@ -46,6 +46,12 @@ struct AttentionKernels {
                         float* o);
   void (*pv_paged_fp8)(const float* P, int heads, int ld, int n_keys, const uint8_t* const* v,
                        const uint8_t* const* v_scales, int B, int head_dim, float* o);
+  void (*qk_block_max_paged_f32)(const float* q, int nq, int dim, const float* const* kT, int n_pages, int B,
+                                 float* out, int out_stride);
+  void (*qk_block_max_paged_bf16)(const float* q, int nq, int dim, const uint16_t* const* kT, int n_pages, int B,
+                                  float* out, int out_stride);
+  void (*qk_block_max_paged_fp8)(const float* q, int nq, int dim, const uint8_t* const* kT,
+                                 const uint8_t* const* kT_scales, int n_pages, int B, float* out, int out_stride);
 };
 
 const AttentionKernels& generic_attention_kernels();

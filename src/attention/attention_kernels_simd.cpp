@@ -490,6 +490,29 @@ struct MaxFold {
   }
 };
 
+// Folds score vectors into each query's running maximum per page: a step of whole pages of B keys
+// (B a multiple of the vector width), best[p·stride + i] for page p.
+struct PagedMaxFold {
+  float* best;
+  int stride, B, n_keys, i0 = 0, t0 = 0;
+  const uint8_t* const* page_scales = nullptr;  // fp8: page p's key scales
+  HWY_INLINE void one(DF df, int i, int t, VF v) const {
+    if (t >= n_keys) return;
+    const int p = t / B;
+    if (page_scales != nullptr) v = hn::Mul(v, LoadScales(df, page_scales[p], t % B, B));
+    float& b = best[int64_t(p) * stride + i0 + i];
+    b = MaxF(b, hn::GetLane(hn::MaxOfLanes(df, v)));
+  }
+  HWY_INLINE void operator()(int i, int nv, VF v0, VF v1, VF v2, VF v3) const {
+    const DF df;
+    const int N = int(hn::Lanes(df));
+    one(df, i, t0, v0);
+    if (nv > 1) one(df, i, t0 + N, v1);
+    if (nv > 2) one(df, i, t0 + 2 * N, v2);
+    if (nv > 3) one(df, i, t0 + 3 * N, v3);
+  }
+};
+
 template <typename T>
 void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
               const void* pf_region, size_t pf_bytes) {
@@ -525,6 +548,51 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
   fold.scales = scales;
   fold.scale_len = kt_stride;
   QkForTiles(q, nq, dim, BlockKeys<uint8_t>{kT, kt_stride, n_keys}, fold, pf);
+}
+
+// Block maxima of n_pages whole pages at once (the index branch): out[p·out_stride + i]. With pages
+// of one vector (AVX-512 and 16-key blocks) a tile of 4 queries x 4 pages broadcasts each query
+// element once per 4 multiply-adds, where a block alone took tiles of 16 queries x 1 vector, one
+// broadcast per multiply-add (docs/BENCHMARKS.md §0t).
+// Pages taken one at a time (each call prefetching the next page), as qk_block_max on each: where
+// a page already fills a tile's width (AVX2: 16 keys are its 2 vectors), or is not whole vectors.
+HWY_INLINE bool BlockMaxPerPage(int B) {
+  const int N = int(hn::Lanes(DF()));
+  return B % N != 0 || B / N >= kWide;
+}
+
+template <typename T>
+void QkBlockMaxPaged(const float* q, int nq, int dim, const T* const* pages, int n_pages, int B, float* out,
+                     int out_stride) {
+  Prefetch pf(nullptr, 0, 0);
+  if (BlockMaxPerPage(B)) {
+    const size_t bytes = size_t(dim) * B * sizeof(T);
+    for (int p = 0; p < n_pages; ++p)
+      QkBlockMax<T>(q, nq, dim, pages[p], B, B, out + int64_t(p) * out_stride, p + 1 < n_pages ? pages[p + 1] : nullptr,
+                    p + 1 < n_pages ? bytes : 0);
+    return;
+  }
+  for (int p = 0; p < n_pages; ++p)
+    for (int i = 0; i < nq; ++i) out[int64_t(p) * out_stride + i] = -HUGE_VALF;
+  PagedMaxFold fold{out, out_stride, B, n_pages * B};
+  QkForTiles(q, nq, dim, PagedKeys<T>{pages, B, n_pages * B}, fold, pf);
+}
+
+void QkBlockMaxPagedFp8(const float* q, int nq, int dim, const uint8_t* const* pages, const uint8_t* const* scales,
+                        int n_pages, int B, float* out, int out_stride) {
+  Prefetch pf(nullptr, 0, 0);
+  if (BlockMaxPerPage(B)) {
+    const size_t bytes = size_t(dim) * B;
+    for (int p = 0; p < n_pages; ++p)
+      QkBlockMaxFp8(q, nq, dim, pages[p], scales[p], B, B, out + int64_t(p) * out_stride,
+                    p + 1 < n_pages ? pages[p + 1] : nullptr, p + 1 < n_pages ? bytes : 0);
+    return;
+  }
+  for (int p = 0; p < n_pages; ++p)
+    for (int i = 0; i < nq; ++i) out[int64_t(p) * out_stride + i] = -HUGE_VALF;
+  PagedMaxFold fold{out, out_stride, B, n_pages * B};
+  fold.page_scales = scales;
+  QkForTiles(q, nq, dim, PagedKeys<uint8_t>{pages, B, n_pages * B}, fold, pf);
 }
 
 // A step's pages ([dim][B] each, QkPagedKeys): with B not a multiple of the vector width, a call
@@ -830,7 +898,10 @@ const AttentionKernels kAttentionKernels{kName,
                                          &QkScoresPagedFp8,
                                          &PvAccumulatePaged<float>,
                                          &PvAccumulatePaged<uint16_t>,
-                                         &PvAccumulatePagedFp8};
+                                         &PvAccumulatePagedFp8,
+                                         &QkBlockMaxPaged<float>,
+                                         &QkBlockMaxPaged<uint16_t>,
+                                         &QkBlockMaxPagedFp8};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace m3

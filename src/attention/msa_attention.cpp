@@ -105,6 +105,11 @@ Fp8Page page_as<Fp8Page>(const CachePageView& view) {
 
 }  // namespace
 
+// Index blocks of fewer keys than this are scored several at a time (msa_select_run); from 64 keys
+// on, a block holds 4 AVX-512 vectors, a full tile's width, and is scored alone with the next
+// block's page prefetched.
+constexpr int kPagedIndexBlock = 64;
+
 void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel,
                     Workspace* ws) {
   const int G = run.kv_heads, id = run.index_dim, K = run.topk;
@@ -144,13 +149,52 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
       constexpr int64_t kGroup = 16;
       std::vector<float> cols(size_t(kGroup * n_rows));
       int64_t group_r0[kGroup];
+      // Blocks [b, e) of the group starting at g0, scored by rows [r0, R), in one call: a small
+      // block alone is too narrow a tile (qk_block_max_paged).
+      auto score_pages = [&](int64_t g0, int64_t b, int64_t e, int64_t r0) {
+        const int n = int(e - b), nq = int((R - r0) * G);
+        const float* iq = run.iq + r0 * G * id;
+        float* col = cols.data() + (b - g0) * n_rows + (r0 - first_sparse_row) * G;
+        switch (cache.dtype()) {
+          case DType::BF16: {
+            const uint16_t* p[kGroup];
+            for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<uint16_t>();
+            qk_block_max_paged(iq, nq, id, p, n, B, col, int(n_rows));
+            break;
+          }
+          case DType::F8_E4M3: {
+            const uint8_t* p[kGroup];
+            const uint8_t* sc[kGroup];
+            for (int64_t x = b; x < e; ++x) {
+              const CachePageView ik = cache.index_k_block_t(layer, x);
+              p[x - b] = ik.as<uint8_t>();
+              sc[x - b] = ik.scales;
+            }
+            qk_block_max_paged(iq, nq, id, p, sc, n, B, col, int(n_rows));
+            break;
+          }
+          default: {
+            const float* p[kGroup];
+            for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<float>();
+            qk_block_max_paged(iq, nq, id, p, n, B, col, int(n_rows));
+            break;
+          }
+        }
+      };
       for (int64_t g0 = b0; g0 < b1; g0 += kGroup) {
         const int64_t g1 = std::min(g0 + kGroup, b1);
+        for (int64_t b = g0; b < g1; ++b) group_r0[b - g0] = std::max(first_sparse_row, first_row_beyond(b));
         for (int64_t b = g0; b < g1; ++b) {
-          const int64_t r0 = std::max(first_sparse_row, first_row_beyond(b));
-          group_r0[b - g0] = r0;
+          const int64_t r0 = group_r0[b - g0];
           if (r0 >= R) continue;
           const int64_t nq = (R - r0) * G;
+          if (B < kPagedIndexBlock) {  // this block and the next ones scored by the same rows, at once
+            int64_t e = b + 1;
+            while (e < g1 && group_r0[e - g0] == r0) ++e;
+            score_pages(g0, b, e, r0);
+            b = e - 1;
+            continue;
+          }
           // The next index page of this range is requested into L2 during this block's scoring.
           const bool pf = b + 1 < b1;
           const size_t page = size_t(id) * B * dtype_size(cache.dtype());
@@ -390,6 +434,44 @@ void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, cons
 
 }  // namespace
 
+namespace {
+
+// The pages of a dense unit of several consecutive blocks (softmax_span), for one q·k and one P·V
+// call over all of them (StepPages): a block of 16 keys alone gave AVX-512 tiles of 16 query heads
+// x 1 key vector, one broadcast per multiply-add.
+struct UnitPages {
+  StepPages<float> f32;
+  StepPages<uint16_t> bf16;
+  StepPages<Fp8Page> fp8;
+  int B = 0;
+  DType dtype = DType::F32;
+  // Loads the pages of blocks [b0, b0 + blocks) of group g, then scores q against their keys.
+  void scores(const KvCache& cache, int layer, int g, int64_t b0, int blocks, const float* q, int nq, int dim,
+              int n_keys, float* S, int ld) {
+    B = cache.shape().block_size;
+    dtype = cache.dtype();
+    with_page_type(dtype, [&](auto tag) {
+      using P = decltype(tag);
+      StepPagesFor<P>& step = of(tag);
+      step.clear();
+      for (int j = 0; j < blocks; ++j)
+        step.put(page_as<P>(cache.k_block_t(layer, b0 + j, g)), page_as<P>(cache.v_block(layer, b0 + j, g)));
+      step.scores(q, nq, dim, B, n_keys, S, ld);
+    });
+  }
+  // P·V over the pages the last scores() loaded.
+  void values(const float* P, int heads, int ld, int n_keys, int hd, float* o) {
+    with_page_type(dtype, [&](auto tag) { of(tag).values(P, heads, ld, n_keys, B, hd, o); });
+  }
+
+ private:
+  StepPages<float>& of(const float*) { return f32; }
+  StepPages<uint16_t>& of(const uint16_t*) { return bf16; }
+  StepPages<Fp8Page>& of(Fp8Page) { return fp8; }
+};
+
+}  // namespace
+
 void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run,
                    const BlockSelection* sel, float* out) {
   const int G = run.kv_heads, hd = run.head_dim, Hg = run.q_heads / run.kv_heads;
@@ -433,6 +515,7 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
     std::vector<int32_t> done(static_cast<size_t>(tile_rows));
     std::vector<float> M(m.size()), L(m.size()), O(size_t(tile_rows) * per_row), acc(O.size());
     std::vector<uint64_t> uses;  // (unit << 32 | row) of every unit use in the tile, ascending
+    UnitPages unit_pages;
     const size_t page = size_t(hd) * B * dtype_size(cache.dtype());
     for (int64_t task = t0; task < t1; ++task) {
       const int g = int(task % G);
@@ -505,21 +588,22 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
           };
           const int heads = int(e - k) * Hg;
           float* o = acc.data() + i * per_row;
-          // kT, v: float, uint16_t (bf16) or Fp8Page pages; the kernels widen them on load.
-          for (int j = 0; j < blocks; ++j) {
-            const void* pf = next_page(j, false);
-            with_pages(cache.k_block_t(layer, b0 + j, g), cache.v_block(layer, b0 + j, g), [&](auto kT, auto) {
-              scores_of(q.data() + i * per_row, heads, hd, kT, B, std::min(B, n_keys - j * B), S.data() + j * B, ld, pf,
-                        pf ? page : 0);
-            });
+          if (blocks > 1) {  // a dense unit of small blocks: each kernel once over all its pages
+            unit_pages.scores(cache, layer, g, b0, blocks, q.data() + i * per_row, heads, hd, n_keys, S.data(), ld);
+            softmax_block_update(S.data(), heads, ld, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
+            unit_pages.values(S.data(), heads, ld, n_keys, hd, o);
+            k = e;
+            continue;
           }
-          softmax_block_update(S.data(), heads, ld, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-          for (int j = 0; j < blocks; ++j) {
-            const void* pf = next_page(j, true);
-            with_pages(cache.k_block_t(layer, b0 + j, g), cache.v_block(layer, b0 + j, g), [&](auto, auto v) {
-              values_of(S.data() + j * B, heads, ld, std::min(B, n_keys - j * B), v, hd, o, pf, pf ? page : 0);
-            });
-          }
+          // One block, read in place with the next unit's pages requested (kT, v: float, uint16_t
+          // (bf16) or Fp8Page pages; the kernels widen them on load).
+          const void* pf_k = next_page(0, false);
+          const void* pf_v = next_page(0, true);
+          with_pages(cache.k_block_t(layer, b0, g), cache.v_block(layer, b0, g), [&](auto kT, auto v) {
+            scores_of(q.data() + i * per_row, heads, hd, kT, B, n_keys, S.data(), ld, pf_k, pf_k ? page : 0);
+            softmax_block_update(S.data(), heads, ld, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
+            values_of(S.data(), heads, ld, n_keys, v, hd, o, pf_v, pf_v ? page : 0);
+          });
           k = e;
         }
         u = end;

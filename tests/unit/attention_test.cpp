@@ -445,7 +445,8 @@ TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseF32) 
 TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseBf16) { check_every_path<uint16_t>(22); }
 
 // A softmax step over several blocks read in place (qk_scores_paged, pv_accumulate_paged) gives the
-// bits of one block holding the same keys in order, on every path: block sizes that are and are not
+// bits of one block holding the same keys in order, and the index branch's block maxima of several
+// pages at once (qk_block_max_paged) those of each page alone, on every path: block sizes that are and are not
 // a multiple of the vector width, a short last page, few and many queries. Every page is its own
 // allocation (the last V page exactly its rows), so ASan sees any read past one.
 template <typename T>
@@ -513,6 +514,19 @@ void check_paged_steps(uint32_t seed) {
                                       std::to_string(pages) + " last " + std::to_string(last) + " dim " +
                                       std::to_string(dim) + " nq " + std::to_string(nq);
             ASSERT_TRUE(same_bits(S, S1)) << where << ": paged scores differ from one block's (or wrote past n_keys)";
+            // Block maxima of whole pages at once (the index branch): each page's qk_block_max.
+            const int mstride = nq + 2;
+            std::vector<float> mx(size_t(pages) * mstride, 5.0f), mx1 = mx;
+            for (int p = 0; p < pages; ++p) {
+              float* m1 = mx1.data() + size_t(p) * mstride;
+              if constexpr (kFp8) k.qk_block_max_fp8(q.data(), nq, dim, kptr[size_t(p)], ksp[size_t(p)], B, B, m1, nullptr, 0);
+              else if constexpr (std::is_same_v<T, float>) k.qk_block_max_f32(q.data(), nq, dim, kptr[size_t(p)], B, B, m1, nullptr, 0);
+              else k.qk_block_max_bf16(q.data(), nq, dim, kptr[size_t(p)], B, B, m1, nullptr, 0);
+            }
+            if constexpr (kFp8) k.qk_block_max_paged_fp8(q.data(), nq, dim, kptr.data(), ksp.data(), pages, B, mx.data(), mstride);
+            else if constexpr (std::is_same_v<T, float>) k.qk_block_max_paged_f32(q.data(), nq, dim, kptr.data(), pages, B, mx.data(), mstride);
+            else k.qk_block_max_paged_bf16(q.data(), nq, dim, kptr.data(), pages, B, mx.data(), mstride);
+            ASSERT_TRUE(same_bits(mx, mx1)) << where << ": paged block maxima differ from each page's (or wrote past nq)";
             const auto P = randn(rng, size_t(nq) * ld);
             const auto o0 = randn(rng, size_t(nq) * hd);
             std::vector<float> o = o0, o1 = o0;
