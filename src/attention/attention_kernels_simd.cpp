@@ -465,12 +465,17 @@ struct ScoreStore {
   }
 };
 
-// Folds score vectors into each query's running maximum (lanes past n_keys do not count).
+// Folds score vectors into each query's running maximum (lanes past n_keys do not count). With
+// pages (page_keys = B > 0, a step of whole pages of B keys, B a multiple of the vector width) a
+// maximum per page, best[p·page_stride + i]. One sink type for both, so that the q·k tiles are
+// compiled once for block maxima (build time: this file is the slowest to compile under ASan).
 struct MaxFold {
   float* best;
   int n_keys, i0 = 0, t0 = 0;
   const uint8_t* scales = nullptr;  // as for ScoreStore
   int scale_len = 0;
+  int page_keys = 0, page_stride = 0;
+  const uint8_t* const* page_scales = nullptr;  // fp8 pages: page p's key scales
   HWY_INLINE VF valid(DF df, int t, VF v) const {
     const int N = int(hn::Lanes(df));
     const VF lowest = hn::Set(df, -HUGE_VALF);
@@ -479,37 +484,28 @@ struct MaxFold {
     if (t + N <= n_keys) return v;
     return hn::IfThenElse(hn::FirstN(df, size_t(n_keys - t)), v, lowest);
   }
-  HWY_INLINE void operator()(int i, int nv, VF v0, VF v1, VF v2, VF v3) const {
-    const DF df;
-    const int N = int(hn::Lanes(df));
-    VF m = valid(df, t0, v0);
-    if (nv > 1) m = hn::Max(m, valid(df, t0 + N, v1));
-    if (nv > 2) m = hn::Max(m, valid(df, t0 + 2 * N, v2));
-    if (nv > 3) m = hn::Max(m, valid(df, t0 + 3 * N, v3));
-    best[i0 + i] = MaxF(best[i0 + i], hn::GetLane(hn::MaxOfLanes(df, m)));
-  }
-};
-
-// Folds score vectors into each query's running maximum per page: a step of whole pages of B keys
-// (B a multiple of the vector width), best[p·stride + i] for page p.
-struct PagedMaxFold {
-  float* best;
-  int stride, B, n_keys, i0 = 0, t0 = 0;
-  const uint8_t* const* page_scales = nullptr;  // fp8: page p's key scales
-  HWY_INLINE void one(DF df, int i, int t, VF v) const {
+  HWY_INLINE void page_max(DF df, int i, int t, VF v) const {
     if (t >= n_keys) return;
-    const int p = t / B;
-    if (page_scales != nullptr) v = hn::Mul(v, LoadScales(df, page_scales[p], t % B, B));
-    float& b = best[int64_t(p) * stride + i0 + i];
+    const int p = t / page_keys;
+    if (page_scales != nullptr) v = hn::Mul(v, LoadScales(df, page_scales[p], t % page_keys, page_keys));
+    float& b = best[int64_t(p) * page_stride + i0 + i];
     b = MaxF(b, hn::GetLane(hn::MaxOfLanes(df, v)));
   }
   HWY_INLINE void operator()(int i, int nv, VF v0, VF v1, VF v2, VF v3) const {
     const DF df;
     const int N = int(hn::Lanes(df));
-    one(df, i, t0, v0);
-    if (nv > 1) one(df, i, t0 + N, v1);
-    if (nv > 2) one(df, i, t0 + 2 * N, v2);
-    if (nv > 3) one(df, i, t0 + 3 * N, v3);
+    if (page_keys > 0) {
+      page_max(df, i, t0, v0);
+      if (nv > 1) page_max(df, i, t0 + N, v1);
+      if (nv > 2) page_max(df, i, t0 + 2 * N, v2);
+      if (nv > 3) page_max(df, i, t0 + 3 * N, v3);
+      return;
+    }
+    VF m = valid(df, t0, v0);
+    if (nv > 1) m = hn::Max(m, valid(df, t0 + N, v1));
+    if (nv > 2) m = hn::Max(m, valid(df, t0 + 2 * N, v2));
+    if (nv > 3) m = hn::Max(m, valid(df, t0 + 3 * N, v3));
+    best[i0 + i] = MaxF(best[i0 + i], hn::GetLane(hn::MaxOfLanes(df, m)));
   }
 };
 
@@ -574,7 +570,9 @@ void QkBlockMaxPaged(const float* q, int nq, int dim, const T* const* pages, int
   }
   for (int p = 0; p < n_pages; ++p)
     for (int i = 0; i < nq; ++i) out[int64_t(p) * out_stride + i] = -HUGE_VALF;
-  PagedMaxFold fold{out, out_stride, B, n_pages * B};
+  MaxFold fold{out, n_pages * B};
+  fold.page_keys = B;
+  fold.page_stride = out_stride;
   QkForTiles(q, nq, dim, PagedKeys<T>{pages, B, n_pages * B}, fold, pf);
 }
 
@@ -590,7 +588,9 @@ void QkBlockMaxPagedFp8(const float* q, int nq, int dim, const uint8_t* const* p
   }
   for (int p = 0; p < n_pages; ++p)
     for (int i = 0; i < nq; ++i) out[int64_t(p) * out_stride + i] = -HUGE_VALF;
-  PagedMaxFold fold{out, out_stride, B, n_pages * B};
+  MaxFold fold{out, n_pages * B};
+  fold.page_keys = B;
+  fold.page_stride = out_stride;
   fold.page_scales = scales;
   QkForTiles(q, nq, dim, PagedKeys<uint8_t>{pages, B, n_pages * B}, fold, pf);
 }
