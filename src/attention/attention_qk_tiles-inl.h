@@ -132,23 +132,28 @@ HWY_NOINLINE void QkScalar(const float* q, int dim, const T* kT, int kt_stride, 
 template <int Q, int V, typename T, class Sink>
 HWY_INLINE void QkKeys(const float* q, int dim, const T* kT, int kt_stride, int n_keys, Sink& sink, Prefetch& pf) {
   const int N = int(hn::Lanes(DF()));
-  auto from = [&](int t0) { return KeyVectors<T>{{kT + t0, kT + t0 + N, kT + t0 + 2 * N, kT + t0 + 3 * N}}; };
+  // The first `width` vectors from key t0; the unused entries repeat the first, so that no pointer
+  // past the row is formed.
+  auto from = [&](int t0, int width) {
+    auto at = [&](int j) { return kT + t0 + (j < width ? j * N : 0); };
+    return KeyVectors<T>{{at(0), at(1), at(2), at(3)}};
+  };
   int t0 = 0;
   for (; t0 + V * N <= n_keys; t0 += V * N) {
     sink.t0 = t0;
-    QkTile<Q, V, false>(q, dim, from(t0), kt_stride, V * N, sink, pf);
+    QkTile<Q, V, false>(q, dim, from(t0, V), kt_stride, V * N, sink, pf);
   }
   if (t0 == n_keys) return;
   sink.t0 = t0;
-  if (t0 + V * N <= kt_stride) return QkTile<Q, V, true>(q, dim, from(t0), kt_stride, n_keys - t0, sink, pf);
+  if (t0 + V * N <= kt_stride) return QkTile<Q, V, true>(q, dim, from(t0, V), kt_stride, n_keys - t0, sink, pf);
   // A block narrower than the tile: single vectors, the last one scalar if it would leave the row.
   for (; t0 + N <= n_keys; t0 += N) {
     sink.t0 = t0;
-    QkTile<Q, 1, false>(q, dim, from(t0), kt_stride, N, sink, pf);
+    QkTile<Q, 1, false>(q, dim, from(t0, 1), kt_stride, N, sink, pf);
   }
   if (t0 == n_keys) return;
   sink.t0 = t0;
-  if (t0 + N <= kt_stride) QkTile<Q, 1, true>(q, dim, from(t0), kt_stride, n_keys - t0, sink, pf);
+  if (t0 + N <= kt_stride) QkTile<Q, 1, true>(q, dim, from(t0, 1), kt_stride, n_keys - t0, sink, pf);
   else QkScalar<Q>(q, dim, kT, kt_stride, t0, n_keys, sink);
 }
 

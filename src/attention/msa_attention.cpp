@@ -289,6 +289,23 @@ void with_page_type(DType dtype, F&& f) {
 template <typename P>
 using StepPagesFor = StepPages<std::remove_const_t<std::remove_pointer_t<P>>>;
 
+// One softmax step over several blocks' pages, block_of(0), ..., block_of(count - 1) of group g:
+// scores of nq query heads (q pre-scaled) into S (rows of ld), the online softmax update of m, l
+// and o, then P·V into o; n_keys of the step's keys count (all but the last page's are whole).
+template <typename P, class BlockOf>
+void paged_step(const KvCache& cache, int layer, int g, int count, const BlockOf& block_of, const float* q, int nq,
+                int hd, int n_keys, float* S, int ld, float* m, float* l, float* o, StepPagesFor<P>& step) {
+  const int B = cache.shape().block_size;
+  step.clear();
+  for (int j = 0; j < count; ++j) {
+    const int64_t b = block_of(j);
+    step.put(page_as<P>(cache.k_block_t(layer, b, g)), page_as<P>(cache.v_block(layer, b, g)));
+  }
+  step.scores(q, nq, hd, B, n_keys, S, ld);
+  softmax_block_update(S, nq, ld, n_keys, m, l, o, hd);
+  step.values(S, nq, ld, n_keys, B, hd, o);
+}
+
 // Online softmax of one row's Hg query heads (q pre-scaled) over entries [j0, j1) of its block list:
 // leaves the running max m, denominator l and the unnormalised sum o (Hg, head_dim); block_of(j) is
 // entry j's block. `span` consecutive entries make one softmax step (softmax_span); S holds Hg rows
@@ -308,15 +325,9 @@ void attend_row_blocks(const KvCache& cache, int layer, int g, int64_t pos, cons
     const int32_t u1 = std::min(u + span, j1);
     int n_keys = 0;
     if (u1 - u > 1) {
-      step.clear();
-      for (int32_t j = u; j < u1; ++j) {
-        const int64_t b = block_of(j);
-        step.put(page_as<P>(cache.k_block_t(layer, b, g)), page_as<P>(cache.v_block(layer, b, g)));
-        n_keys += keys_of(b);
-      }
-      step.scores(q, Hg, hd, B, n_keys, S, ld);
-      softmax_block_update(S, Hg, ld, n_keys, m, l, o, hd);
-      step.values(S, Hg, ld, n_keys, B, hd, o);
+      for (int32_t j = u; j < u1; ++j) n_keys += keys_of(block_of(j));
+      paged_step<P>(cache, layer, g, u1 - u, [&](int j) { return block_of(u + j); }, q, Hg, hd, n_keys, S, ld, m, l, o,
+                    step);
       continue;
     }
     // One block: read in place. The pages of the next step are requested into L2 while this one
@@ -437,31 +448,19 @@ void attention_row_split(ThreadPool& pool, const KvCache& cache, int layer, cons
 namespace {
 
 // The pages of a dense unit of several consecutive blocks (softmax_span), for one q·k and one P·V
-// call over all of them (StepPages): a block of 16 keys alone gave AVX-512 tiles of 16 query heads
-// x 1 key vector, one broadcast per multiply-add.
+// call over all of them (paged_step): a block of 16 keys alone gave AVX-512 tiles of 16 query heads
+// x 1 key vector, one broadcast per multiply-add. One StepPages per page type, picked by the cache's.
 struct UnitPages {
   StepPages<float> f32;
   StepPages<uint16_t> bf16;
   StepPages<Fp8Page> fp8;
-  int B = 0;
-  DType dtype = DType::F32;
-  // Loads the pages of blocks [b0, b0 + blocks) of group g, then scores q against their keys.
-  void scores(const KvCache& cache, int layer, int g, int64_t b0, int blocks, const float* q, int nq, int dim,
-              int n_keys, float* S, int ld) {
-    B = cache.shape().block_size;
-    dtype = cache.dtype();
-    with_page_type(dtype, [&](auto tag) {
-      using P = decltype(tag);
-      StepPagesFor<P>& step = of(tag);
-      step.clear();
-      for (int j = 0; j < blocks; ++j)
-        step.put(page_as<P>(cache.k_block_t(layer, b0 + j, g)), page_as<P>(cache.v_block(layer, b0 + j, g)));
-      step.scores(q, nq, dim, B, n_keys, S, ld);
+  // paged_step over blocks [b0, b0 + blocks) of group g.
+  void step(const KvCache& cache, int layer, int g, int64_t b0, int blocks, const float* q, int nq, int hd, int n_keys,
+            float* S, int ld, float* m, float* l, float* o) {
+    with_page_type(cache.dtype(), [&](auto tag) {
+      paged_step<decltype(tag)>(cache, layer, g, blocks, [&](int j) { return b0 + j; }, q, nq, hd, n_keys, S, ld, m,
+                                l, o, of(tag));
     });
-  }
-  // P·V over the pages the last scores() loaded.
-  void values(const float* P, int heads, int ld, int n_keys, int hd, float* o) {
-    with_page_type(dtype, [&](auto tag) { of(tag).values(P, heads, ld, n_keys, B, hd, o); });
   }
 
  private:
@@ -589,9 +588,8 @@ void attention_run(ThreadPool& pool, const KvCache& cache, int layer, const Atte
           const int heads = int(e - k) * Hg;
           float* o = acc.data() + i * per_row;
           if (blocks > 1) {  // a dense unit of small blocks: each kernel once over all its pages
-            unit_pages.scores(cache, layer, g, b0, blocks, q.data() + i * per_row, heads, hd, n_keys, S.data(), ld);
-            softmax_block_update(S.data(), heads, ld, n_keys, m.data() + i * Hg, l.data() + i * Hg, o, hd);
-            unit_pages.values(S.data(), heads, ld, n_keys, hd, o);
+            unit_pages.step(cache, layer, g, b0, blocks, q.data() + i * per_row, heads, hd, n_keys, S.data(), ld,
+                            m.data() + i * Hg, l.data() + i * Hg, o);
             k = e;
             continue;
           }
