@@ -44,6 +44,8 @@ struct MaxFold {
     if (t >= n_keys) return;
     const int p = t / page_keys;
     if (page_scales != nullptr) v = hn::Mul(v, LoadScales(df, page_scales[p], t % page_keys, page_keys));
+    if (t + int(hn::Lanes(df)) > n_keys)  // a short last page: its lanes past n_keys do not count
+      v = hn::IfThenElse(hn::FirstN(df, size_t(n_keys - t)), v, hn::Set(df, -HUGE_VALF));
     float& b = best[int64_t(p) * page_stride + i0 + i];
     b = MaxF(b, hn::GetLane(hn::MaxOfLanes(df, v)));
   }
