@@ -99,33 +99,21 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
   QkForTiles(q, nq, dim, BlockKeys<uint8_t>{kT, kt_stride, n_keys}, fold, pf);
 }
 
+namespace {
+
+// Both page types' QkBlockMaxPaged: T = uint8_t is an fp8 cache, with each page's key scales.
 template <typename T>
-void QkBlockMaxPaged(const float* q, int nq, int dim, const T* const* pages, int n_pages, int B, float* out,
-                     int out_stride) {
+void BlockMaxOfPages(const float* q, int nq, int dim, const T* const* pages, const uint8_t* const* scales, int n_pages,
+                     int B, float* out, int out_stride) {
   Prefetch pf(nullptr, 0, 0);
   if (BlockMaxPerPage(B)) {
     const size_t bytes = size_t(dim) * B * sizeof(T);
-    for (int p = 0; p < n_pages; ++p)
-      QkBlockMax<T>(q, nq, dim, pages[p], B, B, out + int64_t(p) * out_stride, p + 1 < n_pages ? pages[p + 1] : nullptr,
-                    p + 1 < n_pages ? bytes : 0);
-    return;
-  }
-  for (int p = 0; p < n_pages; ++p)
-    for (int i = 0; i < nq; ++i) out[int64_t(p) * out_stride + i] = -HUGE_VALF;
-  MaxFold fold{out, n_pages * B};
-  fold.page_keys = B;
-  fold.page_stride = out_stride;
-  QkForTiles(q, nq, dim, PagedKeys<T>{pages, B, n_pages * B}, fold, pf);
-}
-
-void QkBlockMaxPagedFp8(const float* q, int nq, int dim, const uint8_t* const* pages, const uint8_t* const* scales,
-                        int n_pages, int B, float* out, int out_stride) {
-  Prefetch pf(nullptr, 0, 0);
-  if (BlockMaxPerPage(B)) {
-    const size_t bytes = size_t(dim) * B;
-    for (int p = 0; p < n_pages; ++p)
-      QkBlockMaxFp8(q, nq, dim, pages[p], scales[p], B, B, out + int64_t(p) * out_stride,
-                    p + 1 < n_pages ? pages[p + 1] : nullptr, p + 1 < n_pages ? bytes : 0);
+    for (int p = 0; p < n_pages; ++p) {
+      const T* next = p + 1 < n_pages ? pages[p + 1] : nullptr;
+      float* o = out + int64_t(p) * out_stride;
+      if constexpr (sizeof(T) == 1) QkBlockMaxFp8(q, nq, dim, pages[p], scales[p], B, B, o, next, next ? bytes : 0);
+      else QkBlockMax<T>(q, nq, dim, pages[p], B, B, o, next, next ? bytes : 0);
+    }
     return;
   }
   for (int p = 0; p < n_pages; ++p)
@@ -134,7 +122,20 @@ void QkBlockMaxPagedFp8(const float* q, int nq, int dim, const uint8_t* const* p
   fold.page_keys = B;
   fold.page_stride = out_stride;
   fold.page_scales = scales;
-  QkForTiles(q, nq, dim, PagedKeys<uint8_t>{pages, B, n_pages * B}, fold, pf);
+  QkForTiles(q, nq, dim, PagedKeys<T>{pages, B, n_pages * B}, fold, pf);
+}
+
+}  // namespace
+
+template <typename T>
+void QkBlockMaxPaged(const float* q, int nq, int dim, const T* const* pages, int n_pages, int B, float* out,
+                     int out_stride) {
+  BlockMaxOfPages(q, nq, dim, pages, nullptr, n_pages, B, out, out_stride);
+}
+
+void QkBlockMaxPagedFp8(const float* q, int nq, int dim, const uint8_t* const* pages, const uint8_t* const* scales,
+                        int n_pages, int B, float* out, int out_stride) {
+  BlockMaxOfPages(q, nq, dim, pages, scales, n_pages, B, out, out_stride);
 }
 
 template void QkBlockMax<float>(const float*, int, int, const float*, int, int, float*, const void*, size_t);

@@ -447,8 +447,8 @@ TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseBf16)
 // A softmax step over several blocks read in place (qk_scores_paged, pv_accumulate_paged) gives the
 // bits of one block holding the same keys in order, and the index branch's block maxima of several
 // pages at once (qk_block_max_paged) those of each page alone, on every path: block sizes that are and are not
-// a multiple of the vector width, a short last page, few and many queries. Every page is its own
-// allocation (the last V page exactly its rows), so ASan sees any read past one.
+// a multiple of the vector width, a short last page (NaN past its keys), few and many queries.
+// Every page is its own allocation (the last V page exactly its rows), so ASan sees any read past one.
 template <typename T>
 void check_paged_steps(uint32_t seed) {
   std::mt19937 rng(seed);
@@ -499,15 +499,26 @@ void check_paged_steps(uint32_t seed) {
             }
             const int ld = pages * B + 3;
             const auto q = randn(rng, size_t(nq) * dim);
+            // The scores read the last K page with NaN past its `last` keys (what a page may hold
+            // there is not theirs to use): none of it may reach a stored score.
+            std::vector<T> poisoned = kp.back();
+            for (int d = 0; d < dim; ++d)
+              for (int t = last; t < B; ++t) {
+                if constexpr (kFp8) poisoned[size_t(d) * B + t] = 0x7f;
+                else if constexpr (std::is_same_v<T, float>) poisoned[size_t(d) * B + t] = NAN;
+                else poisoned[size_t(d) * B + t] = 0x7fc0;
+              }
+            std::vector<const T*> kptr_scores = kptr;
+            kptr_scores.back() = poisoned.data();
             std::vector<float> S(size_t(nq) * ld, 7.0f), S1 = S;
             if constexpr (kFp8) {
-              k.qk_scores_paged_fp8(q.data(), nq, dim, kptr.data(), ksp.data(), B, n_keys, S.data(), ld);
+              k.qk_scores_paged_fp8(q.data(), nq, dim, kptr_scores.data(), ksp.data(), B, n_keys, S.data(), ld);
               k.qk_scores_fp8(q.data(), nq, dim, kT.data(), ks.data(), n_keys, n_keys, S1.data(), ld, nullptr, 0);
             } else if constexpr (std::is_same_v<T, float>) {
-              k.qk_scores_paged_f32(q.data(), nq, dim, kptr.data(), B, n_keys, S.data(), ld);
+              k.qk_scores_paged_f32(q.data(), nq, dim, kptr_scores.data(), B, n_keys, S.data(), ld);
               k.qk_scores_f32(q.data(), nq, dim, kT.data(), n_keys, n_keys, S1.data(), ld, nullptr, 0);
             } else {
-              k.qk_scores_paged_bf16(q.data(), nq, dim, kptr.data(), B, n_keys, S.data(), ld);
+              k.qk_scores_paged_bf16(q.data(), nq, dim, kptr_scores.data(), B, n_keys, S.data(), ld);
               k.qk_scores_bf16(q.data(), nq, dim, kT.data(), n_keys, n_keys, S1.data(), ld, nullptr, 0);
             }
             const std::string where = std::string(cpu_path_name(path)) + " B " + std::to_string(B) + " pages " +
