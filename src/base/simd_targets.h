@@ -1,8 +1,8 @@
 #pragma once
-// What the Highway source files (attention/attention_kernels_simd.cpp, kernels/elementwise_simd.cpp,
-// kernels/matmul_simd.cpp, kernels/vec_ops_simd.cpp) share: the targets they compile and the one
-// way their HWY_ONCE part hands a CpuPath its target's table. Include it first in such a file,
-// before HWY_TARGET_INCLUDE and hwy/foreach_target.h.
+// What the Highway source files (attention/attention_*_simd.cpp, kernels/elementwise_simd.cpp,
+// kernels/matmul_simd.cpp, kernels/matmul_blocked_simd.cpp, kernels/vec_ops_simd.cpp) share: the
+// targets they compile and the one way their HWY_ONCE part hands a CpuPath its target's table.
+// Include it first in such a file, before HWY_TARGET_INCLUDE and hwy/foreach_target.h.
 //
 // The targets: those with a CpuPath (SSE4 and the SVE2 variants would only add build time). A file
 // that compiles fewer defines HWY_DISABLED_TARGETS itself before including this.
