@@ -61,8 +61,8 @@ uint8_t fp8_vector_scale(const float* x, int n) {
   float amax = 0.0f;
   for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
   // The smallest e with amax / 2^e <= 448, in [-126, 119]: 2^e stays a normal fp32, and so does
-  // the kernels' 2^(e+8) (LoadScales in attention_simd-inl.h). Only magnitudes past 448 x 2^119 (3e38, near
-  // fp32's limit) saturate.
+  // the kernels' 2^(e+8) (LoadScales in attention_simd-inl.h). Only magnitudes past 448 x 2^119
+  // (3e38, near fp32's limit) saturate.
   int e = 0;
   if (amax > 0.0f && std::isfinite(amax)) {
     e = int(std::ceil(std::log2(double(amax) / 448.0)));
