@@ -43,9 +43,8 @@ struct MaxFold {
   HWY_INLINE void page_max(DF df, int i, int t, VF v) const {
     if (t >= n_keys) return;
     const int p = t / page_keys;
+    // Whole pages of whole vectors (BlockMaxOfPages): every lane of v is a key of page p.
     if (page_scales != nullptr) v = hn::Mul(v, LoadScales(df, page_scales[p], t % page_keys, page_keys));
-    if (t + int(hn::Lanes(df)) > n_keys)  // a short last page: its lanes past n_keys do not count
-      v = hn::IfThenElse(hn::FirstN(df, size_t(n_keys - t)), v, hn::Set(df, -HUGE_VALF));
     float& b = best[int64_t(p) * page_stride + i0 + i];
     b = MaxF(b, hn::GetLane(hn::MaxOfLanes(df, v)));
   }
