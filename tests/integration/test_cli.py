@@ -86,13 +86,20 @@ r = run("tokenize", "-m", tiny, "--decode", "--file", files[0], "--file", files[
 check("tokenize --decode with two files is one error line", one_error_line(r, "--decode", "one --file"), r.stderr)
 
 # bench: one pp and one tg line per depth, in the order given; a smaller depth after a larger one
-# cuts the shared cache back (every depth is a prefix of the same fill text).
+# cuts the shared cache back (every depth is a prefix of the same fill text). A depth the cache grows
+# to has a fill row first: the tokens prefilled to reach it (from the previous depth), timed.
 import json  # noqa: E402
 b = run("bench", "-m", tiny, "-p", "16", "-n", "4", "-d", "0,96,40", "-r", "1", "--json")
 rows = [json.loads(l) for l in b.stdout.splitlines() if l.startswith("{")]
-check("bench --json gives pp and tg per depth",
-      [(r["test"], r["depth"]) for r in rows] == [("pp16", 0), ("tg4", 0), ("pp16", 96), ("tg4", 96), ("pp16", 40), ("tg4", 40)]
-      and all(r["tps"] > 0 for r in rows), b.stdout)
+check("bench --json gives pp and tg per depth, and the fill to a deeper one",
+      [(r["test"], r["depth"]) for r in rows]
+      == [("pp16", 0), ("tg4", 0), ("fill96", 96), ("pp16", 96), ("tg4", 96), ("pp16", 40), ("tg4", 40)]
+      and all(r["tps"] > 0 and r["gflops"] > 0 for r in rows), b.stdout)
+deeper = [json.loads(l) for l in run("bench", "-m", tiny, "-p", "8", "-n", "2", "-d", "32,80", "-r", "1", "--skip-bounds",
+                                     "--json").stdout.splitlines() if l.startswith("{")]
+check("bench: a fill from the previous depth counts only the tokens it prefilled",
+      [(r["test"], r["depth"]) for r in deeper] == [("fill32", 32), ("pp8", 32), ("tg2", 32), ("fill48", 80), ("pp8", 80),
+                                                    ("tg2", 80)], json.dumps(deeper)[:600])
 # -o md|csv|json|jsonl on every bench subcommand (llama-bench's convention); each names the CPU path
 # its kernels ran on and, unless skipped, the bounds it measured.
 doc = json.loads(run("bench", "-m", tiny, "-p", "16", "-n", "4", "-d", "0", "-r", "1", "-o", "json").stdout)
@@ -114,12 +121,14 @@ check("bench: pp and tg rows in GFLOP/s and % of the FMA peak, tg in GB/s and % 
 # the order given, each read against the first model's speed at the same test and depth.
 two = json.loads(run("bench", "-m", tiny, "-m", tiny, "-p", "8", "-n", "2", "-d", "0,32", "-r", "2", "--skip-bounds",
                      "-o", "json").stdout)["tables"][0]["rows"]
+pairs = [(2, 0), (3, 1), (7, 4), (8, 5), (9, 6)]  # (second model's row, the first model's at the same test and depth)
 check("bench with two -m: rows per depth and model, × the first model's speed",
       [(r["depth"], r["test"]) for r in two] == [(0, "pp8"), (0, "tg2"), (0, "pp8"), (0, "tg2"),
-                                                   (32, "pp8"), (32, "tg2"), (32, "pp8"), (32, "tg2")]
-      and all(r["model"] == tiny for r in two) and all(two[i]["vs_first"] == 1 for i in (0, 1, 4, 5))
-      and all(abs(two[i]["vs_first"] - two[i]["tps"] / two[i - 2]["tps"]) < 0.01 * two[i]["vs_first"] + 0.006
-              for i in (2, 3, 6, 7)), json.dumps(two)[:600])
+                                                   (32, "fill32"), (32, "pp8"), (32, "tg2"), (32, "fill32"), (32, "pp8"),
+                                                   (32, "tg2")]
+      and all(r["model"] == tiny for r in two) and all(two[i]["vs_first"] == 1 for i in (0, 1, 4, 5, 6))
+      and all(abs(two[i]["vs_first"] - two[i]["tps"] / two[j]["tps"]) < 0.01 * two[i]["vs_first"] + 0.006
+              for i, j in pairs), json.dumps(two)[:600])
 # The default thread count follows the CPUs the process may use (taskset, a container's cpuset).
 if platform.system() == "Linux" and os.path.exists("/usr/bin/taskset"):
     pinned = subprocess.run(["taskset", "-c", str(min(os.sched_getaffinity(0))), M3, "bench", "-m", tiny, "-p", "8", "-n",

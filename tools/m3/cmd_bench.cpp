@@ -2,7 +2,9 @@
 // filled with d tokens; then pp = prefill of p tokens at depth d, tg = n single-token decode steps
 // at depth d (the cache is cut back to d between repetitions). The fill text is one fixed token
 // sequence, so every depth is a prefix of the next: one cache is cut back and filled on from the
-// previous depth (cutting a cache is exact), instead of prefilling each depth from zero.
+// previous depth (cutting a cache is exact), instead of prefilling each depth from zero. The fill
+// is a row too (fillN: the N tokens it prefilled, in chunks of -b): a long prompt's prefill, the
+// figure other engines report for one (llama.cpp's prefill of a whole context).
 //
 // Several models (-m A -m B ...) are measured side by side, as llama-bench does: each fills its
 // own cache to the depth, then the repetitions alternate between the models (pp and tg of A, then
@@ -64,11 +66,18 @@ class WholeModelBench {
   const std::string& dir() const { return dir_; }
   int threads() const { return engine_->info().threads; }
 
+  // What a fill prefilled. Below the last depth, the cache is cut back and one token prefilled.
+  struct Fill {
+    int64_t tokens = 0;
+    double seconds = 0;  // on the run's clock
+    ForwardWork work;
+  };
+
   // Fills the cache to depth d (from the previous depth, a prefix of it), with a progress line
   // that reads the fill's speed against the FMA peak.
-  void fill(long long d, double fma_peak_gflops) {
+  Fill fill(long long d, double fma_peak_gflops, const BenchClock& clock) {
     const Prompt fill = prompt_of(d, 0);
-    const double t0 = seconds_now();
+    const double t0 = seconds_now(), c0 = clock.now();
     ForwardWork work;     // of the chunks prefilled so far
     int64_t counted = 0;  // tokens in `work`
     const Batch::Id id = run(fill, a_.chunk, [&](int64_t done, int64_t total) {
@@ -86,8 +95,10 @@ class WholeModelBench {
                    dir_.c_str(), d, (long long)(start + done), d, done / s, gflops, of_peak.c_str(),
                    (total - done) / std::max(done / s, 1e-9));
     });
-    std::fprintf(stderr, "\n");
+    Fill f{counted, clock.since(c0), work};
+    if (counted > 0) std::fprintf(stderr, "\n");
     keep_depth(id, fill, d);
+    return f;
   }
 
   // pp: the p tokens after depth d in one forward pass. Seconds.
@@ -243,7 +254,8 @@ void register_bench(CLI::App& app) {
     const MachineBounds bounds = a->skip_bounds ? MachineBounds{} : measure_machine_bounds(threads, clock);
     report.machine_facts(threads, bounds);
     report.fact("clock", a->clock);
-    report.table("Whole model: pp = prefill of p tokens at depth d, tg = n decode steps at depth d",
+    report.table("Whole model: fillN = the N tokens prefilled to reach depth d, pp = prefill of p tokens at depth d, "
+                 "tg = n decode steps at depth d",
                  {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"},
                   {"vs_first", "× first model"}, {"gflops", "GFLOP/s"}, {"fma_peak_pct", "% FMA peak"},
                   {"gbs", "GB/s read"}, {"bandwidth_pct", "% bandwidth"}});
@@ -259,9 +271,13 @@ void register_bench(CLI::App& app) {
     };
     for (size_t di = 0; di < depths.size(); ++di) {
       const long long d = depths[di];
-      for (auto& m : models) {
-        if (d > 0) m->fill(d, bounds.fma_peak_gflops);
-        if (di == 0 && !a->no_warmup) m->warm_up(d);  // later depths follow a fill or the runs before
+      const bool filled_on = d > (di > 0 ? depths[di - 1] : 0);  // a fill row: the cache grew to d
+      std::vector<WholeModelBench::Fill> fills(models.size());
+      for (size_t i = 0; i < models.size(); ++i) {
+        // The fill is timed too: the weights are touched once before it.
+        if (di == 0 && !a->no_warmup && d > 0) models[i]->warm_up(0);
+        if (d > 0) fills[i] = models[i]->fill(d, bounds.fma_peak_gflops, clock);
+        if (di == 0 && !a->no_warmup) models[i]->warm_up(d);  // later depths follow a fill or the runs before
       }
       // Repetitions alternate between the models; the times of each (pp, tg) per model.
       std::vector<std::vector<double>> pp_s(models.size()), tg_s(models.size());
@@ -270,7 +286,7 @@ void register_bench(CLI::App& app) {
           pp_s[i].push_back(models[i]->time_pp(d, clock));
           tg_s[i].push_back(models[i]->time_tg(d, clock));
         }
-      double first_pp = 0, first_tg = 0;
+      double first_fill = 0, first_pp = 0, first_tg = 0;
       for (size_t i = 0; i < models.size(); ++i) {
         const WholeModelBench& m = *models[i];
         const Timing pp = summarize_times(pp_s[i]), tg = summarize_times(tg_s[i]);
@@ -282,6 +298,11 @@ void register_bench(CLI::App& app) {
           for (Cell& c : rates(work, t.mean, decode)) cells.push_back(std::move(c));
           report.row(std::move(cells));
         };
+        if (const WholeModelBench::Fill& f = fills[i]; filled_on && f.tokens > 0) {
+          const double fill_tps = double(f.tokens) / f.seconds;
+          if (i == 0) first_fill = fill_tps;
+          row("fill" + std::to_string(f.tokens), fill_tps, first_fill, summarize_times({f.seconds}), f.work, false);
+        }
         row("pp" + std::to_string(a->p), pp_tps, first_pp, pp, m.pp_work(d), false);
         row("tg" + std::to_string(a->n), tg_tps, first_tg, tg, m.tg_work(d), true);
       }
