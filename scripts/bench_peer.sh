@@ -9,7 +9,8 @@
 # Rounds alternate between the engines and paths, so a drift of the machine's speed hits them alike.
 # Usage: scripts/bench_peer.sh [PRESET] [OUTPUT_FILE]   (default: small, peer-PRESET.md)
 # Env: PEER_DIR (/tmp/m3-peer), DEPTH (16384), DECODE (128), THREADS (2), ROUNDS (2),
-#      PATHS (avx2, and avx512 where the CPU has it). The peer's builds take ~12 minutes each on 2 cores.
+#      PATHS (x86: avx2, and avx512 where the CPU has it; elsewhere "default", the path m3 picks). The peer's
+#      builds take ~12 minutes each on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-small}"
@@ -18,7 +19,11 @@ P="${PEER_DIR:-/tmp/m3-peer}"
 depth="${DEPTH:-16384}" decode="${DECODE:-128}" threads="${THREADS:-2}" rounds="${ROUNDS:-2}"
 has_avx512=0
 grep -qw avx512f /proc/cpuinfo && has_avx512=1
-paths="${PATHS:-avx2$([ $has_avx512 = 1 ] && echo ' avx512')}"
+if grep -qw avx2 /proc/cpuinfo; then
+  paths="${PATHS:-avx2$([ $has_avx512 = 1 ] && echo ' avx512')}"
+else
+  paths="${PATHS:-default}"
+fi
 m3=./build/release/m3
 [ -x "$m3" ] || bash scripts/build.sh release
 dir="models/$preset"
@@ -55,7 +60,8 @@ for r in $(seq 1 "$rounds"); do
         | sed -n "s/^/$r $path llama_fa$fa /p" >> "$tmp/peer.txt"
     done
     echo "== round $r, $path: ours" >&2
-    M3_CPU=$path $m3 bench -m "$dir" -p 512 -n "$decode" -d "$depth" -r 1 -t "$threads" --cache-type bf16 \
+    cpu=(); [ "$path" = default ] || cpu=(M3_CPU="$path")
+    env "${cpu[@]}" $m3 bench -m "$dir" -p 512 -n "$decode" -d "$depth" -r 1 -t "$threads" --cache-type bf16 \
       --skip-bounds -o jsonl 2> /dev/null | sed -n "s/^{/$r $path ours {/p" >> "$tmp/ours.txt"
   done
 done
