@@ -10,7 +10,7 @@
 # Usage: scripts/bench_peer.sh [PRESET] [OUTPUT_FILE]   (default: small, peer-PRESET.md)
 # Env: PEER_DIR (/tmp/m3-peer), DEPTH (16384), DECODE (128), THREADS (2), ROUNDS (2),
 #      PATHS (x86: avx2, and avx512 where the CPU has it; elsewhere "default", the path m3 picks). The peer's
-#      builds take ~12 minutes each on 2 cores.
+#      builds take 7-12 minutes each on 2 cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 preset="${1:-small}"
