@@ -36,7 +36,7 @@ CpuFeatures detect() {
   f.avx512 = f.avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
-  f.fast_subnormal_operands = amd_family() >= 0x1a;
+  f.fast_subnormal_operands = amd_family() >= 0x1a || (amd_family() == 0x19 && f.avx512);
 #elif defined(__aarch64__)
   f.neon = true;  // Advanced SIMD is part of the aarch64 baseline
 #if defined(__linux__)

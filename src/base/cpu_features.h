@@ -17,8 +17,9 @@ struct CpuFeatures {
   bool avx512 = false;       // AVX-512 F, BW, VL, DQ, with the OS saving ZMM state
   bool avx512_bf16 = false;  // vdpbf16ps (reported only; the fp32-exact kernels do not use it)
   // fp32 multiplies take subnormal operands at full speed. Intel's cores handle them with a
-  // microcode assist (Intel's optimization manuals); measured on AMD Zen 5 (family 1Ah), which
-  // does not slow down (docs/BENCHMARKS.md §0q). Older AMD families are not measured, so false.
+  // microcode assist (Intel's optimization manuals); measured on AMD Zen 5 (family 1Ah) and Zen 4
+  // (family 19h with AVX-512), which do not slow down (docs/BENCHMARKS.md §0q, §0w). Older AMD
+  // cores (Zen 3 is family 19h without AVX-512) are not measured, so false.
   bool fast_subnormal_operands = false;
   bool neon = false;         // Advanced SIMD with fp32 FMA (every aarch64 CPU)
   bool sve = false;          // the Scalable Vector Extension

@@ -548,7 +548,7 @@ const char* mxfp8_widening_name() {
     case CpuPath::Generic: return "tables";
     case CpuPath::Avx2:
     case CpuPath::Avx512:
-      return matmul_detail::mxfp8_default_widening() == matmul_detail::Mxfp8Widening::F32 ? "f32" : "f16";
+      return matmul_detail::mxfp8_widening_name(matmul_detail::mxfp8_default_widening(cpu_active_path()));
     default: return "f16";  // NEON and SVE
   }
 }

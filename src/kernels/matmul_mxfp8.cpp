@@ -24,7 +24,10 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <utility>
 
 #include "kernels/matmul_blocked_tile.h"
@@ -453,16 +456,40 @@ void direct256(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int n
 
 }  // namespace
 
-Mxfp8Widening mxfp8_default_widening() {
-  return cpu_features().fast_subnormal_operands ? Mxfp8Widening::F32 : Mxfp8Widening::F16;
+// M3_MXFP8_WIDENING=f16|f32, read once: the widening the direct tiles use where the path has it
+// (for side-by-side measurements; both give the same bits).
+static std::optional<Mxfp8Widening> forced_widening() {
+  static const std::optional<Mxfp8Widening> forced = []() -> std::optional<Mxfp8Widening> {
+    const char* env = std::getenv("M3_MXFP8_WIDENING");
+    if (env == nullptr || *env == '\0') return std::nullopt;
+    for (Mxfp8Widening w : {Mxfp8Widening::F16, Mxfp8Widening::F32})
+      if (std::strcmp(env, mxfp8_widening_name(w)) == 0) return w;
+    std::fprintf(stderr, "m3: warning: M3_MXFP8_WIDENING=%s is not one of f16, f32; ignored\n", env);
+    return std::nullopt;
+  }();
+  return forced;
+}
+
+Mxfp8Widening mxfp8_default_widening(CpuPath path) {
+  if (const std::optional<Mxfp8Widening> w = forced_widening()) {
+    const std::vector<Mxfp8Widening> all = mxfp8_widenings(path);
+    if (std::find(all.begin(), all.end(), *w) != all.end()) return *w;
+  }
+  const CpuFeatures& f = cpu_features();
+  return f.fast_subnormal_operands ? Mxfp8Widening::F32 : Mxfp8Widening::F16;
+}
+
+std::vector<Mxfp8Widening> mxfp8_widenings(CpuPath path) {
+  if (path != CpuPath::Avx2 && path != CpuPath::Avx512) return {Mxfp8Widening::F16};
+  return {Mxfp8Widening::F16, Mxfp8Widening::F32};
 }
 
 BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening widening) {
   switch (path) {
     case CpuPath::Avx2:
-      return widening == Mxfp8Widening::F32 ? &direct256<Mxfp8Widening::F32> : &direct256<Mxfp8Widening::F16>;
+      return widening == Mxfp8Widening::F16 ? &direct256<Mxfp8Widening::F16> : &direct256<Mxfp8Widening::F32>;
     case CpuPath::Avx512:
-      return widening == Mxfp8Widening::F32 ? &direct512<Mxfp8Widening::F32> : &direct512<Mxfp8Widening::F16>;
+      return widening == Mxfp8Widening::F16 ? &direct512<Mxfp8Widening::F16> : &direct512<Mxfp8Widening::F32>;
     default: return nullptr;
   }
 }
@@ -485,7 +512,8 @@ PanelFill mxfp8_panel_fill(CpuPath path) {
   const BlockedSimdKernels* f = simd_blocked_kernels(path);
   return f != nullptr ? f->mxfp8 : nullptr;
 }
-Mxfp8Widening mxfp8_default_widening() { return Mxfp8Widening::F16; }  // one widening here
+Mxfp8Widening mxfp8_default_widening(CpuPath) { return Mxfp8Widening::F16; }  // one widening here
+std::vector<Mxfp8Widening> mxfp8_widenings(CpuPath) { return {Mxfp8Widening::F16}; }
 
 BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening) {
   const BlockedSimdKernels* f = simd_blocked_kernels(path);
@@ -494,3 +522,13 @@ BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening) {
 }  // namespace m3::matmul_detail
 
 #endif
+
+namespace m3::matmul_detail {
+const char* mxfp8_widening_name(Mxfp8Widening widening) {
+  switch (widening) {
+    case Mxfp8Widening::F16: return "f16";
+    case Mxfp8Widening::F32: return "f32";
+  }
+  return "?";
+}
+}  // namespace m3::matmul_detail

@@ -21,6 +21,7 @@
 // Panel tiles stop after a chunk of blocks and resume from their saved lanes: blocking over K
 // changes nothing either.
 #include <cstdint>
+#include <vector>
 
 #include "base/cpu_features.h"
 #include "m3/dtype.h"
@@ -127,8 +128,13 @@ using BlockedTile = void (*)(const LinearWeight& w, int64_t n, int64_t row_step,
 // but E4M3 subnormals become fp32 subnormal operands, so only for cores that multiply those at
 // full speed (CpuFeatures::fast_subnormal_operands). NEON and SVE have one widening.
 enum class Mxfp8Widening { F16, F32 };
-Mxfp8Widening mxfp8_default_widening();
-BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening widening = mxfp8_default_widening());
+// The widening the direct tiles use on `path` (M3_MXFP8_WIDENING=f16|f32 forces one, for
+// side-by-side measurements), and every one the path has (for tests and benchmarks).
+Mxfp8Widening mxfp8_default_widening(CpuPath path);
+std::vector<Mxfp8Widening> mxfp8_widenings(CpuPath path);
+const char* mxfp8_widening_name(Mxfp8Widening widening);  // "f16", "f32"
+BlockedTile mxfp8_direct_tile(CpuPath path, Mxfp8Widening widening);
+inline BlockedTile mxfp8_direct_tile(CpuPath path) { return mxfp8_direct_tile(path, mxfp8_default_widening(path)); }
 BlockedTile affine_direct_tile(CpuPath path, int bits);
 
 // The blocked formats' panel fills and direct tiles from one Highway source

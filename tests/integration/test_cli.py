@@ -175,16 +175,29 @@ check("bench matmul --kernels: the decode kernels at M = 1, each path's panel pa
       "Decode kernels of affine4-g32" in fj["tables"][1]["title"] and simd_decode <= set(decode)
       and all(r["ns_per_32"] > 0 and r["gflops"] > 0 for r in fj["tables"][1]["rows"])
       and fj["tables"][2]["rows"][0]["gflops"] > 0, json.dumps(fj)[:800])
-# MXFP8: both widenings of the x86 direct tiles, the one this CPU runs marked and named in the facts.
+# MXFP8: every widening of the x86 direct tiles, the one this CPU runs marked and named in the facts.
 xj = json.loads(run("bench", "matmul", "--weights", "mxfp8", "--kernels", "-m", "1", "-s", "12x128", "-r", "1",
                     "--stream-mib", "0", "--skip-bounds", "-o", "json").stdout)
 xdecode = [r["kernel"] for r in xj["tables"][1]["rows"]]
 widening = xj["run"]["mxfp8_widening"]
 if platform.machine() == "x86_64":
-    check("bench matmul --kernels, mxfp8: both AVX2 widenings timed, this CPU's marked as the facts name it",
-          widening in ("f16", "f32") and f"avx2 direct ({widening.upper()} widening, this CPU's)" in xdecode
-          and f"avx2 direct ({'F32' if widening == 'f16' else 'F16'} widening)" in xdecode
+    other = "f32" if widening == "f16" else "f16"
+    check("bench matmul --kernels, mxfp8: both widenings timed on each path, this CPU's marked as the facts name it",
+          widening in ("f16", "f32")
+          and all(f"{p} direct ({widening} widening, this CPU's)" in xdecode and f"{p} direct ({other} widening)" in xdecode
+                  for p in {"avx2", xj["run"]["cpu_path"]} & {"avx2", "avx512"})
           and all(r["ns_per_32"] > 0 for r in xj["tables"][1]["rows"]), json.dumps(xj)[:800])
+    # M3_MXFP8_WIDENING forces the other one; an unknown name is a warning and changes nothing.
+    def widening_with(value):
+        r = subprocess.run([M3, "bench", "matmul", "--weights", "mxfp8", "-m", "1", "-s", "12x128", "-r", "1",
+                            "--stream-mib", "0", "--skip-bounds", "-o", "json"], capture_output=True, text=True,
+                           timeout=600, env=dict(os.environ, M3_MXFP8_WIDENING=value))
+        return json.loads(r.stdout)["run"]["mxfp8_widening"], r.stderr
+    forced, forced_err = widening_with(other)
+    kept, bogus_err = widening_with("f64")
+    check("M3_MXFP8_WIDENING forces a widening; an unknown one is a warning naming the choices",
+          forced == other and kept == widening and "M3_MXFP8_WIDENING=f64" in bogus_err and "f16, f32" in bogus_err,
+          f"{forced} {kept} {forced_err} {bogus_err}")
 else:
     check("bench matmul --kernels, mxfp8: the facts name the widening", widening in ("f16", "tables"), widening)
 bad_f = run("bench", "matmul", "--fills", "-s", "64x64", "-m", "1", "-r", "1", "--skip-bounds", ok=False)

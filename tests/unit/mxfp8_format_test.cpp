@@ -167,10 +167,10 @@ TEST(Mxfp8Format, NanCodesAndHugeScalesGiveTheDequantizedResultInEveryTile) {
     // Every widening of the path's own direct tiles, whichever this CPU runs by default.
     std::vector<std::pair<std::string, matmul_detail::BlockedTile>> forced_tiles;
     if (highway != nullptr) forced_tiles.emplace_back(" (Highway tiles)", highway);
-    for (auto [name, widening] : {std::pair{" (F16 widening)", matmul_detail::Mxfp8Widening::F16},
-                                  std::pair{" (F32 widening)", matmul_detail::Mxfp8Widening::F32}})
-      if (path == CpuPath::Avx512 || path == CpuPath::Avx2)
-        forced_tiles.emplace_back(name, matmul_detail::mxfp8_direct_tile(path, widening));
+    if (path == CpuPath::Avx512 || path == CpuPath::Avx2)
+      for (matmul_detail::Mxfp8Widening widening : matmul_detail::mxfp8_widenings(path))
+        forced_tiles.emplace_back(std::string(" (") + matmul_detail::mxfp8_widening_name(widening) + " widening)",
+                                  matmul_detail::mxfp8_direct_tile(path, widening));
     for (int64_t M : {1, 3, 40}) {
       std::mt19937 rng{unsigned(M) + 100};
       std::normal_distribution<float> nd;

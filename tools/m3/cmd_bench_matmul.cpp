@@ -109,7 +109,7 @@ void time_fills(const LinearWeight& w, int reps, const BenchClock& clock, BenchR
 
 // Every way this machine runs a blocked format at M = 1: each SIMD path's panel path (its fill,
 // then its panel tiles), its own direct tiles and, where the path also has a Highway copy of them
-// (AVX2: the code NEON and SVE run), that one; MXFP8 on AVX2 and AVX-512 with both its widenings.
+// (AVX2: the code NEON and SVE run), that one; MXFP8 on AVX2 and AVX-512 with each widening the CPU runs.
 struct DecodeKernel {
   std::string name;
   CpuPath path;
@@ -131,12 +131,13 @@ std::vector<DecodeKernel> decode_kernels(const WeightFormat& format) {
     const std::string p = cpu_path_name(path);
     out.push_back({p + " panel path", path, nullptr});
     if (own != nullptr) out.push_back({p + (own == highway ? " direct (Highway)" : " direct"), path, own});
-    if (!a && (path == CpuPath::Avx512 || path == CpuPath::Avx2)) {  // MXFP8: the other widening too (same bits)
-      const bool f32 = matmul_detail::mxfp8_default_widening() == matmul_detail::Mxfp8Widening::F32;
-      out.back().name += f32 ? " (F32 widening, this CPU's)" : " (F16 widening, this CPU's)";
-      out.push_back({p + (f32 ? " direct (F16 widening)" : " direct (F32 widening)"), path,
-                     matmul_detail::mxfp8_direct_tile(path, f32 ? matmul_detail::Mxfp8Widening::F16
-                                                                : matmul_detail::Mxfp8Widening::F32)});
+    if (!a && (path == CpuPath::Avx512 || path == CpuPath::Avx2)) {  // MXFP8: the other widenings too (same bits)
+      const matmul_detail::Mxfp8Widening mine = matmul_detail::mxfp8_default_widening(path);
+      out.back().name += std::string(" (") + matmul_detail::mxfp8_widening_name(mine) + " widening, this CPU's)";
+      for (matmul_detail::Mxfp8Widening other : matmul_detail::mxfp8_widenings(path))
+        if (other != mine)
+          out.push_back({p + " direct (" + matmul_detail::mxfp8_widening_name(other) + " widening)", path,
+                         matmul_detail::mxfp8_direct_tile(path, other)});
     }
     if (highway != nullptr && highway != own) out.push_back({p + " direct (Highway)", path, highway});
   }
