@@ -125,8 +125,8 @@ PanelFill affine_panel_fill(CpuPath path, int bits);
 using BlockedTile = void (*)(const LinearWeight& w, int64_t n, int64_t row_step, int mr, int nr, const TileArgs& a);
 // How the AVX2 and AVX-512 MXFP8 direct tiles widen E4M3 codes (matmul_mxfp8.cpp); both give the
 // same bits. F16: through the F16 conversion. F32: straight to fp32 bits, without the conversions,
-// but E4M3 subnormals become fp32 subnormal operands, so only for cores that multiply those at
-// full speed (CpuFeatures::fast_subnormal_operands). NEON and SVE have one widening.
+// but E4M3 subnormals become fp32 subnormal operands, so only for cores that multiply those
+// without a microcode assist (CpuFeatures::fast_subnormal_operands). NEON and SVE have one widening.
 enum class Mxfp8Widening { F16, F32 };
 // The widening the direct tiles use on `path` (M3_MXFP8_WIDENING=f16|f32 forces one, for
 // side-by-side measurements), and every one the path has (for tests and benchmarks).
