@@ -18,7 +18,7 @@ struct CpuFeatures {
   bool avx512_bf16 = false;  // vdpbf16ps (reported only; the fp32-exact kernels do not use it)
   // fp32 multiplies take subnormal operands without a microcode assist. Intel's cores take one
   // (Intel's optimization manuals). Measured: AMD Zen 5 (family 1Ah) does not slow down, Zen 4
-  // (family 19h with AVX-512) takes about 1.4 cycles more per multiply (docs/BENCHMARKS.md §0q,
+  // (family 19h with AVX-512) takes about 1.5 cycles more per multiply (docs/BENCHMARKS.md §0q,
   // §0w). Older AMD cores (Zen 3 is family 19h without AVX-512) are not measured, so false.
   bool fast_subnormal_operands = false;
   bool neon = false;         // Advanced SIMD with fp32 FMA (every aarch64 CPU)
