@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "attention/attention_qk_tiles-inl.h"
 #include "attention/attention_simd-inl.h"
@@ -100,10 +101,162 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
 
 namespace {
 
+// Block maxima with the queries in the lanes: many queries against small pages (the tiny preset's
+// index branch, 1,024 query vectors a call against up to 16 pages of 16 keys x 32 dims). A tile of
+// Qv query vectors x Kt keys multiplies each key element, broadcast, into Qv vectors of queries,
+// so a page's maximum is a lane-wise Max over its keys with no horizontal reduction per query, and
+// every key element is widened once per call, where the key-lane tiles widened each page once per
+// tile of queries and reduced each query's vectors across their lanes. The same bits: each score
+// is still one fused multiply-add chain over d in order from 0 (the multiply's operands swapped),
+// scaled (fp8) by the same power of two after it.
+#if HWY_TARGET == HWY_AVX2
+constexpr int kLaneQv = 3;  // 3 x 4 accumulators, 3 query vectors and a broadcast: AVX2's 16 registers
+#else
+constexpr int kLaneQv = 4;
+#endif
+constexpr int kLaneKt = 4;
+
+#define M3_ACC4(M) M(0) M(1) M(2) M(3)
+
+// Folds the scores of Kt keys (kf[d·kstride + j], j < Kt) for Qv·N queries (dimension d of the
+// queries at qT + d·Qv·N) into their running maxima best[0, Qv·N). scale: the keys' score scales
+// (an fp8 cache) or nullptr.
+template <int Qv, int Kt>
+HWY_NOINLINE void LaneTile(const float* qT, int dim, const float* kf, int kstride, const float* scale, float* best) {
+  static_assert(Qv >= 1 && Qv <= 4 && Kt >= 1 && Kt <= 4, "at most 4 x 4 accumulators");
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  M3_ACC16(M3_ZERO)
+  // Accumulator k for query vector k / Kt and key k % Kt.
+#define M3_LANE_FMA(k) \
+  if constexpr (k < Qv * Kt && k % Kt == j) acc##k = hn::MulAdd(Pick<k / Kt>(q0, q1, q2, q3), key, acc##k);
+#define M3_LANE_KEY(j_)                                            \
+  if constexpr (j_ < Kt) {                                         \
+    constexpr int j = j_;                                          \
+    const VF key = hn::Set(df, kd[j]);                             \
+    M3_ACC16(M3_LANE_FMA)                                          \
+  }
+  for (int d = 0; d < dim; ++d) {
+    const float* qd = qT + int64_t(d) * Qv * N;
+    const VF q0 = hn::LoadU(df, qd);
+    const VF q1 = Qv > 1 ? hn::LoadU(df, qd + N) : q0;
+    const VF q2 = Qv > 2 ? hn::LoadU(df, qd + 2 * N) : q0;
+    const VF q3 = Qv > 3 ? hn::LoadU(df, qd + 3 * N) : q0;
+    const float* kd = kf + int64_t(d) * kstride;
+    M3_ACC4(M3_LANE_KEY)
+  }
+#undef M3_LANE_KEY
+#undef M3_LANE_FMA
+  if (scale != nullptr) {
+#define M3_LANE_SCALE(k) \
+  if constexpr (k < Qv * Kt) acc##k = hn::Mul(acc##k, hn::Set(df, scale[k % Kt]));
+    M3_ACC16(M3_LANE_SCALE)
+#undef M3_LANE_SCALE
+  }
+#define M3_ALL_ACC acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7, acc8, acc9, acc10, acc11, acc12, acc13, acc14, acc15
+#define M3_LANE_KEY_MAX(j) \
+  if constexpr (j > 0 && j < Kt) m = hn::Max(m, Pick16<i * Kt + j>(M3_ALL_ACC));
+#define M3_LANE_ROW_MAX(i_)                                              \
+  if constexpr (i_ < Qv) {                                               \
+    constexpr int i = i_;                                                \
+    VF m = Pick16<i * Kt>(M3_ALL_ACC);                                   \
+    M3_LANE_KEY_MAX(1) M3_LANE_KEY_MAX(2) M3_LANE_KEY_MAX(3)             \
+    hn::StoreU(hn::Max(hn::LoadU(df, best + i * N), m), df, best + i * N); \
+  }
+  M3_ACC4(M3_LANE_ROW_MAX)
+#undef M3_LANE_ROW_MAX
+#undef M3_LANE_KEY_MAX
+#undef M3_ALL_ACC
+}
+
+// A page's B keys in tiles of kLaneKt, the last of B % kLaneKt.
+template <int Qv>
+void LaneTilesOfPage(const float* qT, int dim, const float* kf, int B, const float* scale, float* best) {
+  int t = 0;
+  for (; t + kLaneKt <= B; t += kLaneKt) LaneTile<Qv, kLaneKt>(qT, dim, kf + t, B, scale ? scale + t : nullptr, best);
+  const float* s = scale ? scale + t : nullptr;
+  switch (B - t) {
+    case 3: LaneTile<Qv, 3>(qT, dim, kf + t, B, s, best); break;
+    case 2: LaneTile<Qv, 2>(qT, dim, kf + t, B, s, best); break;
+    case 1: LaneTile<Qv, 1>(qT, dim, kf + t, B, s, best); break;
+    default: break;
+  }
+}
+
+// n elements of src as fp32 (LoadWide's values).
+template <typename T>
+void WidenTo(const T* src, int64_t n, float* dst) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadWide(df, src + i), df, dst + i);
+  for (; i < n; ++i) dst[i] = WidenOne(src[i]);
+}
+
+// Where the queries in the lanes are worth their transposition: a full vector of queries, and keys
+// enough for the transposed queries to be reused.
+HWY_INLINE bool QueriesInLanes(int nq, int n_pages, int B) {
+  const int N = int(hn::Lanes(DF()));
+  return nq >= N && int64_t(n_pages) * B >= 4 * N;
+}
+
+template <typename T>
+void BlockMaxQueriesInLanes(const float* q, int nq, int dim, const T* const* pages, const uint8_t* const* scales,
+                            int n_pages, int B, float* out, int out_stride) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  // Every page's keys as fp32 ([dim][B] each; fp32 pages are read in place), and an fp8 page's
+  // key scales as LoadScales gives them: 2^(s + 8 - 127).
+  thread_local std::vector<float> wide, key_scale, qT, best;
+  thread_local std::vector<const float*> kf;
+  kf.resize(size_t(n_pages));
+  const int64_t page = int64_t(dim) * B;
+  if constexpr (sizeof(T) != sizeof(float)) wide.resize(size_t(n_pages * page));
+  for (int p = 0; p < n_pages; ++p) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+      kf[size_t(p)] = pages[p];
+    } else {
+      WidenTo(pages[p], page, wide.data() + p * page);
+      kf[size_t(p)] = wide.data() + p * page;
+    }
+  }
+  if (scales != nullptr) {
+    key_scale.resize(size_t(n_pages) * B);
+    for (int p = 0; p < n_pages; ++p)
+      for (int t = 0; t < B; ++t) {
+        const uint32_t bits = (uint32_t(scales[p][t]) + 8u) << 23;
+        __builtin_memcpy(&key_scale[size_t(p) * B + t], &bits, sizeof(float));
+      }
+  }
+  const int chunk = kLaneQv * N;
+  qT.resize(size_t(dim) * chunk);
+  best.resize(size_t(chunk));
+  for (int i0 = 0; i0 < nq; i0 += chunk) {
+    const int nqc = Min(chunk, nq - i0), Qv = (nqc + N - 1) / N, width = Qv * N;
+    for (int i = 0; i < width; ++i)
+      for (int d = 0; d < dim; ++d) qT[size_t(d) * width + i] = i < nqc ? q[int64_t(i0 + i) * dim + d] : 0.0f;
+    for (int p = 0; p < n_pages; ++p) {
+      for (int i = 0; i < width; ++i) best[size_t(i)] = -HUGE_VALF;
+      const float* s = scales != nullptr ? key_scale.data() + size_t(p) * B : nullptr;
+      switch (Qv) {
+        case 1: LaneTilesOfPage<1>(qT.data(), dim, kf[size_t(p)], B, s, best.data()); break;
+        case 2: LaneTilesOfPage<2>(qT.data(), dim, kf[size_t(p)], B, s, best.data()); break;
+        case 3: LaneTilesOfPage<3>(qT.data(), dim, kf[size_t(p)], B, s, best.data()); break;
+        default:
+          if constexpr (kLaneQv >= 4) LaneTilesOfPage<4>(qT.data(), dim, kf[size_t(p)], B, s, best.data());
+          break;
+      }
+      float* o = out + int64_t(p) * out_stride + i0;
+      for (int i = 0; i < nqc; ++i) o[i] = best[size_t(i)];
+    }
+  }
+}
+
 // Both page types' QkBlockMaxPaged: T = uint8_t is an fp8 cache, with each page's key scales.
 template <typename T>
 void BlockMaxOfPages(const float* q, int nq, int dim, const T* const* pages, const uint8_t* const* scales, int n_pages,
                      int B, float* out, int out_stride) {
+  if (QueriesInLanes(nq, n_pages, B)) return BlockMaxQueriesInLanes(q, nq, dim, pages, scales, n_pages, B, out, out_stride);
   Prefetch pf(nullptr, 0, 0);
   if (BlockMaxPerPage(B)) {
     const size_t bytes = size_t(dim) * B * sizeof(T);

@@ -447,7 +447,8 @@ TEST(AttentionKernels, EveryPathMatchesTheReferenceAndSimdPathsAgreeBitwiseBf16)
 // A softmax step over several blocks read in place (qk_scores_paged, pv_accumulate_paged) gives the
 // bits of one block holding the same keys in order, and the index branch's block maxima of several
 // pages at once (qk_block_max_paged) those of each page alone, on every path: block sizes that are and are not
-// a multiple of the vector width, a short last page (NaN past its keys), few and many queries.
+// a multiple of the vector width, a short last page (NaN past its keys), few and many queries (17 and
+// 40 take the block maxima's queries-in-lanes tiles on every SIMD path).
 // Every page is its own allocation (the last V page exactly its rows), so ASan sees any read past one.
 template <typename T>
 void check_paged_steps(uint32_t seed) {
@@ -471,7 +472,7 @@ void check_paged_steps(uint32_t seed) {
     for (int B : {4, 8, 12, 16, 32, 64})
       for (int pages : {1, 2, 3, 5})
         for (int dim : {7, 32, 80})
-          for (int nq : {1, 2, 3, 6, 9}) {
+          for (int nq : {1, 2, 3, 6, 9, 17, 40}) {
             const int last = 1 + int(rng() % uint32_t(B));
             const int n_keys = (pages - 1) * B + last, hd = dim;
             std::vector<std::vector<T>> kp(static_cast<size_t>(pages)), vp(static_cast<size_t>(pages));
