@@ -101,14 +101,14 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
 
 namespace {
 
-// Block maxima with the queries in the lanes: many queries against small pages (the tiny preset's
-// index branch, 1,024 query vectors a call against up to 16 pages of 16 keys x 32 dims). A tile of
-// Qv query vectors x Kt keys multiplies each key element, broadcast, into Qv vectors of queries,
-// so a page's maximum is a lane-wise Max over its keys with no horizontal reduction per query, and
-// every key element is widened once per call, where the key-lane tiles widened each page once per
-// tile of queries and reduced each query's vectors across their lanes. The same bits: each score
-// is still one fused multiply-add chain over d in order from 0 (the multiply's operands swapped),
-// scaled (fp8) by the same power of two after it.
+// Block maxima with the queries in the lanes, for a prefill chunk's index branch: 1,024 (the tiny
+// preset) or 2,048 (M3) query vectors a call against up to 16 pages. A tile of Qv query vectors x
+// Kt keys multiplies each key element, broadcast, into Qv vectors of queries, so a page's maximum is
+// a lane-wise Max over its keys with no horizontal reduction per query, and every key element is
+// widened once per call, where the key-lane tiles widened each page once per tile of queries and
+// reduced each query's vectors across their lanes (docs/BENCHMARKS.md §0x). The same bits: each
+// score is still one fused multiply-add chain over d in order from 0 (the multiply's operands
+// swapped), scaled (fp8) by the same power of two after it.
 #if HWY_TARGET == HWY_AVX2
 constexpr int kLaneQv = 3;  // 3 x 4 accumulators, 3 query vectors and a broadcast: AVX2's 16 registers
 #else
@@ -205,45 +205,51 @@ void BlockMaxQueriesInLanes(const float* q, int nq, int dim, const T* const* pag
                             int n_pages, int B, float* out, int out_stride) {
   const DF df;
   const int N = int(hn::Lanes(df));
-  // Every page's keys as fp32 ([dim][B] each; fp32 pages are read in place), and an fp8 page's
-  // key scales as LoadScales gives them: 2^(s + 8 - 127).
-  thread_local std::vector<float> wide, key_scale, qT, best;
-  thread_local std::vector<const float*> kf;
-  kf.resize(size_t(n_pages));
-  const int64_t page = int64_t(dim) * B;
-  if constexpr (sizeof(T) != sizeof(float)) wide.resize(size_t(n_pages * page));
-  for (int p = 0; p < n_pages; ++p) {
-    if constexpr (sizeof(T) == sizeof(float)) {
-      kf[size_t(p)] = pages[p];
-    } else {
-      WidenTo(pages[p], page, wide.data() + p * page);
-      kf[size_t(p)] = wide.data() + p * page;
-    }
+  // The queries transposed once, a chunk of kLaneQv vectors at a time: chunk c (queries from
+  // c·chunk) at qT + c·chunk·dim as [dim][width], width its queries rounded up to whole vectors,
+  // the lanes past nq zero. Then a page at a time (a page of M3's, 128 keys x 128 dims, is 64 KiB
+  // as fp32): its keys as fp32 (fp32 pages are read in place), an fp8 page's key scales as
+  // LoadScales gives them (2^(s + 8 - 127)), and every chunk of queries against it.
+  thread_local std::vector<float> qT, wide, key_scale, best;
+  const int chunk = kLaneQv * N;
+  const int chunks = (nq + chunk - 1) / chunk;
+  qT.resize(size_t(chunks) * chunk * dim);
+  for (int c = 0; c < chunks; ++c) {
+    const int i0 = c * chunk, nqc = Min(chunk, nq - i0), width = (nqc + N - 1) / N * N;
+    float* dst = qT.data() + size_t(i0) * dim;
+    for (int i = 0; i < width; ++i)
+      for (int d = 0; d < dim; ++d) dst[size_t(d) * width + i] = i < nqc ? q[int64_t(i0 + i) * dim + d] : 0.0f;
   }
-  if (scales != nullptr) {
-    key_scale.resize(size_t(n_pages) * B);
-    for (int p = 0; p < n_pages; ++p)
+  const int64_t page = int64_t(dim) * B;
+  if constexpr (sizeof(T) != sizeof(float)) wide.resize(size_t(page));
+  key_scale.resize(size_t(B));
+  best.resize(size_t(chunk));
+  for (int p = 0; p < n_pages; ++p) {
+    const float* kf;
+    if constexpr (sizeof(T) == sizeof(float)) {
+      kf = pages[p];
+    } else {
+      WidenTo(pages[p], page, wide.data());
+      kf = wide.data();
+    }
+    const float* s = nullptr;
+    if (scales != nullptr) {
       for (int t = 0; t < B; ++t) {
         const uint32_t bits = (uint32_t(scales[p][t]) + 8u) << 23;
-        __builtin_memcpy(&key_scale[size_t(p) * B + t], &bits, sizeof(float));
+        __builtin_memcpy(&key_scale[size_t(t)], &bits, sizeof(float));
       }
-  }
-  const int chunk = kLaneQv * N;
-  qT.resize(size_t(dim) * chunk);
-  best.resize(size_t(chunk));
-  for (int i0 = 0; i0 < nq; i0 += chunk) {
-    const int nqc = Min(chunk, nq - i0), Qv = (nqc + N - 1) / N, width = Qv * N;
-    for (int i = 0; i < width; ++i)
-      for (int d = 0; d < dim; ++d) qT[size_t(d) * width + i] = i < nqc ? q[int64_t(i0 + i) * dim + d] : 0.0f;
-    for (int p = 0; p < n_pages; ++p) {
-      for (int i = 0; i < width; ++i) best[size_t(i)] = -HUGE_VALF;
-      const float* s = scales != nullptr ? key_scale.data() + size_t(p) * B : nullptr;
+      s = key_scale.data();
+    }
+    for (int c = 0; c < chunks; ++c) {
+      const int i0 = c * chunk, nqc = Min(chunk, nq - i0), Qv = (nqc + N - 1) / N;
+      const float* qc = qT.data() + size_t(i0) * dim;
+      for (int i = 0; i < Qv * N; ++i) best[size_t(i)] = -HUGE_VALF;
       switch (Qv) {
-        case 1: LaneTilesOfPage<1>(qT.data(), dim, kf[size_t(p)], B, s, best.data()); break;
-        case 2: LaneTilesOfPage<2>(qT.data(), dim, kf[size_t(p)], B, s, best.data()); break;
-        case 3: LaneTilesOfPage<3>(qT.data(), dim, kf[size_t(p)], B, s, best.data()); break;
+        case 1: LaneTilesOfPage<1>(qc, dim, kf, B, s, best.data()); break;
+        case 2: LaneTilesOfPage<2>(qc, dim, kf, B, s, best.data()); break;
+        case 3: LaneTilesOfPage<3>(qc, dim, kf, B, s, best.data()); break;
         default:
-          if constexpr (kLaneQv >= 4) LaneTilesOfPage<4>(qT.data(), dim, kf[size_t(p)], B, s, best.data());
+          if constexpr (kLaneQv >= 4) LaneTilesOfPage<4>(qc, dim, kf, B, s, best.data());
           break;
       }
       float* o = out + int64_t(p) * out_stride + i0;

@@ -105,11 +105,6 @@ Fp8Page page_as<Fp8Page>(const CachePageView& view) {
 
 }  // namespace
 
-// Index blocks of fewer keys than this are scored several at a time (msa_select_run); from 64 keys
-// on, a block holds 4 AVX-512 vectors, a full tile's width, and is scored alone with the next
-// block's page prefetched.
-constexpr int kPagedIndexBlock = 64;
-
 void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const AttentionRun& run, BlockSelection& sel,
                     Workspace* ws) {
   const int G = run.kv_heads, id = run.index_dim, K = run.topk;
@@ -187,27 +182,13 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
         for (int64_t b = g0; b < g1; ++b) {
           const int64_t r0 = group_r0[b - g0];
           if (r0 >= R) continue;
-          const int64_t nq = (R - r0) * G;
-          if (B < kPagedIndexBlock) {  // this block and the next ones scored by the same rows, at once
-            int64_t e = b + 1;
-            while (e < g1 && group_r0[e - g0] == r0) ++e;
-            score_pages(g0, b, e, r0);
-            b = e - 1;
-            continue;
-          }
-          // The next index page of this range is requested into L2 during this block's scoring.
-          const bool pf = b + 1 < b1;
-          const size_t page = size_t(id) * B * dtype_size(cache.dtype());
-          const CachePageView ik = cache.index_k_block_t(layer, b);
-          const void* next = pf ? cache.index_k_block_t(layer, b + 1).data : nullptr;
-          const float* iq = run.iq + r0 * G * id;
-          float* col = cols.data() + (b - g0) * n_rows + (r0 - first_sparse_row) * G;  // indexed by score row
-          if (ik.dtype == DType::BF16)
-            qk_block_max(iq, int(nq), id, ik.as<uint16_t>(), B, B, col, next, pf ? page : 0);
-          else if (ik.dtype == DType::F8_E4M3)
-            qk_block_max(iq, int(nq), id, ik.as<uint8_t>(), ik.scales, B, B, col, next, pf ? page : 0);
-          else
-            qk_block_max(iq, int(nq), id, ik.as<float>(), B, B, col, next, pf ? page : 0);
+          // This block and the next ones scored by the same rows, in one call: the kernel picks
+          // its tiles (qk_block_max_paged; a page at a time, the next one prefetched, where the
+          // queries are too few for the queries-in-lanes tiles).
+          int64_t e = b + 1;
+          while (e < g1 && group_r0[e - g0] == r0) ++e;
+          score_pages(g0, b, e, r0);
+          b = e - 1;
         }
         // first_row_beyond grows with b: a row is scored by a prefix of the group's blocks.
         for (int64_t i = (group_r0[0] - first_sparse_row) * G; i < n_rows; ++i) {

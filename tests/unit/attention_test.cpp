@@ -469,7 +469,7 @@ void check_paged_steps(uint32_t seed) {
   constexpr bool kFp8 = std::is_same_v<T, uint8_t>;
   for (CpuPath path : runnable_paths()) {
     const AttentionKernels& k = attention_kernels_for(path);
-    for (int B : {4, 8, 12, 16, 32, 64})
+    for (int B : {4, 8, 12, 16, 32, 64, 128})
       for (int pages : {1, 2, 3, 5})
         for (int dim : {7, 32, 80})
           for (int nq : {1, 2, 3, 6, 9, 17, 40}) {
