@@ -243,17 +243,19 @@ void BlockMaxQueriesInLanes(const float* q, int nq, int dim, const T* const* pag
     for (int c = 0; c < chunks; ++c) {
       const int i0 = c * chunk, nqc = Min(chunk, nq - i0), Qv = (nqc + N - 1) / N;
       const float* qc = qT.data() + size_t(i0) * dim;
-      for (int i = 0; i < Qv * N; ++i) best[size_t(i)] = -HUGE_VALF;
+      float* o = out + int64_t(p) * out_stride + i0;
+      float* m = nqc == Qv * N ? o : best.data();  // whole vectors fold in place
+      for (int i = 0; i < Qv * N; ++i) m[i] = -HUGE_VALF;
       switch (Qv) {
-        case 1: LaneTilesOfPage<1>(qc, dim, kf, B, s, best.data()); break;
-        case 2: LaneTilesOfPage<2>(qc, dim, kf, B, s, best.data()); break;
-        case 3: LaneTilesOfPage<3>(qc, dim, kf, B, s, best.data()); break;
+        case 1: LaneTilesOfPage<1>(qc, dim, kf, B, s, m); break;
+        case 2: LaneTilesOfPage<2>(qc, dim, kf, B, s, m); break;
+        case 3: LaneTilesOfPage<3>(qc, dim, kf, B, s, m); break;
         default:
-          if constexpr (kLaneQv >= 4) LaneTilesOfPage<4>(qc, dim, kf, B, s, best.data());
+          if constexpr (kLaneQv >= 4) LaneTilesOfPage<4>(qc, dim, kf, B, s, m);
           break;
       }
-      float* o = out + int64_t(p) * out_stride + i0;
-      for (int i = 0; i < nqc; ++i) o[i] = best[size_t(i)];
+      if (m != o)
+        for (int i = 0; i < nqc; ++i) o[i] = m[i];
     }
   }
 }

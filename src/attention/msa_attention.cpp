@@ -139,22 +139,27 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
     const int64_t n_rows = sparse_rows * G;  // score rows: (row, KV group)
     pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
       // Blocks a group at a time: each score row then gets the group's kGroup scores as one run
-      // of consecutive floats (a cache line), where one block at a time wrote a float to every
-      // row, each on its own line and page (the tiny preset at 64K: 1,024 rows 16 KiB apart).
-      constexpr int64_t kGroup = 16;
-      std::vector<float> cols(size_t(kGroup * n_rows));
+      // of consecutive floats (4 cache lines), where one block at a time wrote a float to every
+      // row, each on its own line and page (the tiny preset at 64K: 1,024 rows 16 KiB apart). A
+      // call's queries, transposed once by the queries-in-lanes tiles, serve up to 64 pages (16
+      // left the transposition 15% of the tiny preset's index time).
+      constexpr int64_t kGroup = 64;
+      // Column b - g0 of cols holds block b's scores by score row; a line more than the rows, so
+      // that the copy below does not read 64 lines of one L1 set (rows are a power of two).
+      const int64_t col_stride = n_rows + 16;
+      std::vector<float> cols(size_t(kGroup * col_stride));
       int64_t group_r0[kGroup];
       // Blocks [b, e) of the group starting at g0, scored by rows [r0, R), in one call: a small
       // block alone is too narrow a tile (qk_block_max_paged).
       auto score_pages = [&](int64_t g0, int64_t b, int64_t e, int64_t r0) {
         const int n = int(e - b), nq = int((R - r0) * G);
         const float* iq = run.iq + r0 * G * id;
-        float* col = cols.data() + (b - g0) * n_rows + (r0 - first_sparse_row) * G;
+        float* col = cols.data() + (b - g0) * col_stride + (r0 - first_sparse_row) * G;
         switch (cache.dtype()) {
           case DType::BF16: {
             const uint16_t* p[kGroup];
             for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<uint16_t>();
-            qk_block_max_paged(iq, nq, id, p, n, B, col, int(n_rows));
+            qk_block_max_paged(iq, nq, id, p, n, B, col, int(col_stride));
             break;
           }
           case DType::F8_E4M3: {
@@ -165,13 +170,13 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
               p[x - b] = ik.as<uint8_t>();
               sc[x - b] = ik.scales;
             }
-            qk_block_max_paged(iq, nq, id, p, sc, n, B, col, int(n_rows));
+            qk_block_max_paged(iq, nq, id, p, sc, n, B, col, int(col_stride));
             break;
           }
           default: {
             const float* p[kGroup];
             for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<float>();
-            qk_block_max_paged(iq, nq, id, p, n, B, col, int(n_rows));
+            qk_block_max_paged(iq, nq, id, p, n, B, col, int(col_stride));
             break;
           }
         }
@@ -190,12 +195,17 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
           score_pages(g0, b, e, r0);
           b = e - 1;
         }
-        // first_row_beyond grows with b: a row is scored by a prefix of the group's blocks.
-        for (int64_t i = (group_r0[0] - first_sparse_row) * G; i < n_rows; ++i) {
-          const int64_t r = first_sparse_row + i / G;
-          float* dst = scores + i * n_blocks;
-          for (int64_t b = g0; b < g1 && group_r0[b - g0] <= r; ++b)
-            dst[b] = cols[size_t((b - g0) * n_rows + i)] * scale;
+        // first_row_beyond grows with b: a row is scored by a prefix of the group's blocks. The
+        // columns go to the rows 16 at a time, so that both sides stay in L1 (cols is 256 KiB at
+        // 1,024 score rows; row by row, each row read 64 lines of it).
+        constexpr int64_t kRowTile = 16;
+        for (int64_t i0 = (group_r0[0] - first_sparse_row) * G; i0 < n_rows; i0 += kRowTile) {
+          const int64_t i1 = std::min(i0 + kRowTile, n_rows);
+          for (int64_t b = g0; b < g1; ++b) {
+            const float* col = cols.data() + (b - g0) * col_stride;
+            for (int64_t i = std::max(i0, (group_r0[b - g0] - first_sparse_row) * G); i < i1; ++i)
+              scores[i * n_blocks + b] = col[i] * scale;
+          }
         }
       }
     }, 1);
