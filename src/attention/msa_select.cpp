@@ -34,7 +34,20 @@ void msa_select_blocks(const float* block_scores, int64_t local_block, int topk,
     float kept_score[kMaxKept];
     int32_t kept_id[kMaxKept];
     int n = 0;
+    constexpr int32_t kRun = 8;  // blocks tested at once against the last kept (vectorised compares)
     for (int32_t b = 0; b < int32_t(local_block); ++b) {
+      // Once the list is full, nearly every block loses to the last kept: a run of 8 that holds
+      // no higher score is passed over with one test. A NaN (ranked -1e30) never beats a last
+      // kept of -1e30 or more, so the test needs no NaN case there; below that, block by block.
+      if (n == keep && b % kRun == 0 && b + kRun <= int32_t(local_block) && kept_score[n - 1] >= -1e30f) {
+        const float last = kept_score[n - 1];
+        bool any = false;
+        for (int32_t k = 0; k < kRun; ++k) any |= block_scores[b + k] > last;
+        if (!any) {
+          b += kRun - 1;
+          continue;
+        }
+      }
       const float s = rank_value(block_scores[b]);
       if (n == keep && !(s > kept_score[n - 1])) continue;
       int j = n < keep ? n++ : n - 1;  // the slot it takes: a free one, or the last one's

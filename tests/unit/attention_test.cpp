@@ -77,6 +77,29 @@ TEST(MsaSelect, FastMatchesReferenceOnRandomScoresWithTies) {
   }
 }
 
+// NaN ranks as -1e30 (vLLM's rule), so it ties with -1e30 and beats -inf and -3e30: runs of such
+// scores next to ordinary ones, on both sides of the fast path's run of 8 blocks.
+TEST(MsaSelect, FastMatchesReferenceWithNaNAndInfinities) {
+  std::mt19937 rng(11);
+  const float special[] = {NAN, -INFINITY, INFINITY, -1e30f, -3e30f, 0.0f, -0.0f};
+  const float low_values[] = {NAN, -INFINITY, -3e30f, -1e30f};
+  std::vector<int32_t> a, b;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int64_t L = std::uniform_int_distribution<int>(0, 300)(rng);
+    const int topk = std::uniform_int_distribution<int>(2, 80)(rng);
+    const int rare = std::uniform_int_distribution<int>(1, 4)(rng);  // 1 in rare is special
+    const bool low = trial % 3 == 0;  // only NaN and what ranks at or below it: a last kept under -1e30
+    std::vector<float> s(size_t(L) + 1);
+    for (float& x : s) {
+      if (low) x = low_values[rng() % 4];
+      else x = rng() % uint32_t(rare) == 0 ? special[rng() % 7] : float(std::uniform_int_distribution<int>(-3, 3)(rng));
+    }
+    msa_select_blocks(s.data(), L, topk, a);
+    msa_select_blocks_ref(s.data(), L, topk, b);
+    ASSERT_EQ(a, b) << "L=" << L << " topk=" << topk;
+  }
+}
+
 namespace {
 
 // Roughly normal values (four 16-bit uniforms summed and scaled to mean 0, variance 1) from
