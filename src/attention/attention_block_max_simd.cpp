@@ -102,7 +102,7 @@ void QkBlockMaxFp8(const float* q, int nq, int dim, const uint8_t* kT, const uin
 namespace {
 
 // Block maxima with the queries in the lanes, for a prefill chunk's index branch: 1,024 (the tiny
-// preset) or 2,048 (M3) query vectors a call against up to 16 pages. A tile of Qv query vectors x
+// preset) or 2,048 (M3) query vectors a call against up to 64 pages. A tile of Qv query vectors x
 // Kt keys multiplies each key element, broadcast, into Qv vectors of queries, so a page's maximum is
 // a lane-wise Max over its keys with no horizontal reduction per query, and every key element is
 // widened once per call, where the key-lane tiles widened each page once per tile of queries and
