@@ -57,20 +57,28 @@ constexpr const char* kName = "sve";
 // 2^f on [-0.5, 0.5]; relative error ~2e-7. x is clamped at -87 so that 2^n stays a normal
 // number: weights below e^-87 (1e-38, which no sum next to the maximum's weight of 1 can see)
 // come out as about 1e-38 instead of 0.
+//
+// n = round(t) by adding 1.5·2^23 + 128: in [2^23, 2^24) a float's ulp is 1, so the add rounds t to
+// the nearest integer, ties to even (the constant is even), and leaves n + 128 in the low mantissa
+// bits, which a shift moves into the exponent field: 2^(n + 1). The polynomial's coefficients are
+// halved to match (exact: powers of two scale every rounding alike), so the result has the bits
+// of round(t), 2^f·2^n. Three operations where Round, ConvertTo (with Highway's out-of-range fix-up
+// on x86) and the exponent bias took six.
 HWY_INLINE VF Exp(DF df, VF x) {
   const DI di;
+  constexpr float kShift = 12582912.0f + 128.0f;  // 1.5·2^23 + 128
   x = hn::Max(x, hn::Set(df, -87.0f));
   const VF t = hn::Mul(x, hn::Set(df, 1.44269504088896341f));
-  const VF n = hn::Round(t);
-  const VF f = hn::Sub(t, n);
-  VF p = hn::Set(df, 1.5403530393381606e-4f);
-  p = hn::MulAdd(p, f, hn::Set(df, 1.3333558146428443e-3f));
-  p = hn::MulAdd(p, f, hn::Set(df, 9.6181291076284772e-3f));
-  p = hn::MulAdd(p, f, hn::Set(df, 5.5504108664821580e-2f));
-  p = hn::MulAdd(p, f, hn::Set(df, 2.4022650695910071e-1f));
-  p = hn::MulAdd(p, f, hn::Set(df, 6.9314718055994531e-1f));
-  p = hn::MulAdd(p, f, hn::Set(df, 1.0f));
-  const VF scale = hn::BitCast(df, hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127))));
+  const VF shifted = hn::Add(t, hn::Set(df, kShift));
+  const VF f = hn::Sub(t, hn::Sub(shifted, hn::Set(df, kShift)));
+  VF p = hn::Set(df, 0.5f * 1.5403530393381606e-4f);
+  p = hn::MulAdd(p, f, hn::Set(df, 0.5f * 1.3333558146428443e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 0.5f * 9.6181291076284772e-3f));
+  p = hn::MulAdd(p, f, hn::Set(df, 0.5f * 5.5504108664821580e-2f));
+  p = hn::MulAdd(p, f, hn::Set(df, 0.5f * 2.4022650695910071e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 0.5f * 6.9314718055994531e-1f));
+  p = hn::MulAdd(p, f, hn::Set(df, 0.5f));
+  const VF scale = hn::BitCast(df, hn::ShiftLeft<23>(hn::BitCast(di, shifted)));  // 2^(n + 1)
   return hn::Mul(p, scale);
 }
 
@@ -125,21 +133,20 @@ void PvAccumulatePagedFp8(const float* P, int heads, int ld, int n_keys, const u
 
 // ------------------------------------------------------------------ online softmax
 
-// p = exp(s[t, t + n) - max) stored back; returns p with the lanes past n zero. n may be <= 0.
-// `room`: floats writable and readable from s (the row stride left).
-HWY_INLINE VF ExpStore(DF df, float* s, int n, int room, VF vmax) {
+// p = exp(s[t, t + n) - max) stored back over s[t, t + n) (n > 0). `room`: floats writable and
+// readable from s (the row stride left).
+HWY_INLINE void ExpStore(DF df, float* s, int n, int room, VF vmax) {
   const int N = int(hn::Lanes(df));
-  if (n >= N) {
-    const VF p = Exp(df, hn::Sub(hn::LoadU(df, s), vmax));
-    hn::StoreU(p, df, s);
-    return p;
-  }
-  if (n <= 0) return hn::Zero(df);
-  const auto m = hn::FirstN(df, size_t(n));
+  if (n >= N) return hn::StoreU(Exp(df, hn::Sub(hn::LoadU(df, s), vmax)), df, s);
   const VF x = room >= N ? hn::LoadU(df, s) : LoadFirst(df, s, n);
-  const VF p = hn::IfThenElseZero(m, Exp(df, hn::Sub(x, vmax)));
-  StoreFirst(df, p, s, n);
-  return p;
+  StoreFirst(df, Exp(df, hn::Sub(x, vmax)), s, n);
+}
+
+// The first n of the weights ExpStore stored at s, the lanes past n zero (n may be <= 0).
+HWY_INLINE VF LoadWeights(DF df, const float* s, int n) {
+  if (n >= int(hn::Lanes(df))) return hn::LoadU(df, s);
+  if (n <= 0) return hn::Zero(df);
+  return LoadFirst(df, s, n);
 }
 
 // lanes[0] + ... + lanes[15] as the tree (i, i + 8), then (i, i + 4), (i, i + 2), (i, i + 1): two
@@ -153,51 +160,86 @@ HWY_INLINE float SumOf16Lanes(const float* lanes) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 
+// max(m, s[0, n)) of one head's scores.
+HWY_INLINE float RowMax(DF df, const float* s, int n, int ld, float m) {
+  const int N = int(hn::Lanes(df));
+  // Two chains (a maximum does not depend on the order).
+  VF vmax = hn::Set(df, m), vmax1 = vmax;
+  int t = 0;
+  for (; t + 2 * N <= n; t += 2 * N) {
+    vmax = hn::Max(vmax, hn::LoadU(df, s + t));
+    vmax1 = hn::Max(vmax1, hn::LoadU(df, s + t + N));
+  }
+  vmax = hn::Max(vmax, vmax1);
+  for (; t + N <= n; t += N) vmax = hn::Max(vmax, hn::LoadU(df, s + t));
+  if (t < n) {
+    const int k = n - t;
+    const VF x = ld - t >= N ? hn::LoadU(df, s + t) : LoadFirst(df, s + t, k);
+    vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(df, size_t(k)), x, hn::Set(df, -HUGE_VALF)));
+  }
+  return hn::GetLane(hn::MaxOfLanes(df, vmax));
+}
+
+// Heads a softmax pass takes at once (a dense call of the tiny preset has 32, M3's 32).
+constexpr int kSoftmaxHeads = 64;
+
+// The step in passes over all the heads, each a stream of independent work: the maxima, the
+// corrections (a vector of heads), the weights, then the sums. Head by head, each head's steps
+// waited on the one before (a maximum, then a horizontal reduction, then the weights), and on
+// AVX2 the tiny preset's dense attention spent a quarter of its time here.
 void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
   const DF df;
   const int N = int(hn::Lanes(df));
-  const VF lowest = hn::Set(df, -HUGE_VALF);
-  for (int h = 0; h < heads; ++h) {
-    float* s = S + int64_t(h) * ld;
-    VF vmax = hn::Set(df, m[h]);
-    int t = 0;
-    for (; t + N <= n_keys; t += N) vmax = hn::Max(vmax, hn::LoadU(df, s + t));
-    if (t < n_keys) {
-      const int n = n_keys - t;
-      const VF x = ld - t >= N ? hn::LoadU(df, s + t) : LoadFirst(df, s + t, n);
-      vmax = hn::Max(vmax, hn::IfThenElse(hn::FirstN(df, size_t(n)), x, lowest));
+  alignas(64) float m_old[kSoftmaxHeads + kMaxLanes], m_new[kSoftmaxHeads + kMaxLanes];
+  alignas(64) float corr[kSoftmaxHeads + kMaxLanes];
+  for (int h0 = 0; h0 < heads; h0 += kSoftmaxHeads) {
+    const int nh = Min(kSoftmaxHeads, heads - h0);
+    float* const S0 = S + int64_t(h0) * ld;
+    for (int h = 0; h < nh; ++h) {
+      m_old[h] = m[h0 + h];
+      m_new[h] = RowMax(df, S0 + int64_t(h) * ld, n_keys, ld, m_old[h]);
     }
-    const float mx = hn::GetLane(hn::MaxOfLanes(df, vmax));
+    for (int h = nh; h < nh + N; ++h) m_old[h] = m_new[h] = 0.0f;
     // The same polynomial as the weights (no libm call per head and block); m = -inf on the first
     // block gives e^-87, against l = 0 and o = 0, and an unchanged maximum gives exactly 1.
-    const float corr = mx == m[h] ? 1.0f : hn::GetLane(Exp(df, hn::Set(df, m[h] - mx)));  // Exp(0) is exactly 1
-    const VF vm = hn::Set(df, mx);
-    // The sum in 16 fixed lanes (key t adds to lane t % 16) whatever N is (4, 8 or 16), reduced
-    // in a fixed order: the same bits on every vector width.
-    VF acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
-    for (t = 0; t < n_keys; t += kMaxLanes) {
-      acc0 = hn::Add(acc0, ExpStore(df, s + t, n_keys - t, ld - t, vm));
-      if (N <= 8) acc1 = hn::Add(acc1, ExpStore(df, s + t + N, n_keys - t - N, ld - t - N, vm));
-      if (N <= 4) {
-        acc2 = hn::Add(acc2, ExpStore(df, s + t + 2 * N, n_keys - t - 2 * N, ld - t - 2 * N, vm));
-        acc3 = hn::Add(acc3, ExpStore(df, s + t + 3 * N, n_keys - t - 3 * N, ld - t - 3 * N, vm));
+    for (int h = 0; h < nh; h += N) {
+      const VF mo = hn::Load(df, m_old + h), mn = hn::Load(df, m_new + h);
+      hn::Store(hn::IfThenElse(hn::Eq(mo, mn), hn::Set(df, 1.0f), Exp(df, hn::Sub(mo, mn))), df, corr + h);
+    }
+    for (int h = 0; h < nh; ++h) {
+      float* s = S0 + int64_t(h) * ld;
+      const VF vm = hn::Set(df, m_new[h]);
+      for (int t = 0; t < n_keys; t += N) ExpStore(df, s + t, n_keys - t, ld - t, vm);
+    }
+    for (int h = 0; h < nh; ++h) {
+      const float* s = S0 + int64_t(h) * ld;
+      // The sum in 16 fixed lanes (key t adds to lane t % 16) whatever N is (4, 8 or 16), reduced
+      // in a fixed order: the same bits on every vector width.
+      VF acc0 = hn::Zero(df), acc1 = hn::Zero(df), acc2 = hn::Zero(df), acc3 = hn::Zero(df);
+      for (int t = 0; t < n_keys; t += kMaxLanes) {
+        acc0 = hn::Add(acc0, LoadWeights(df, s + t, n_keys - t));
+        if (N <= 8) acc1 = hn::Add(acc1, LoadWeights(df, s + t + N, n_keys - t - N));
+        if (N <= 4) {
+          acc2 = hn::Add(acc2, LoadWeights(df, s + t + 2 * N, n_keys - t - 2 * N));
+          acc3 = hn::Add(acc3, LoadWeights(df, s + t + 3 * N, n_keys - t - 3 * N));
+        }
       }
+      alignas(64) float lanes[kMaxLanes];
+      hn::Store(acc0, df, lanes);
+      if (N <= 8) hn::Store(acc1, df, lanes + N);
+      if (N <= 4) {
+        hn::Store(acc2, df, lanes + 2 * N);
+        hn::Store(acc3, df, lanes + 3 * N);
+      }
+      l[h0 + h] = l[h0 + h] * corr[h] + SumOf16Lanes(lanes);
+      m[h0 + h] = m_new[h];
+      if (corr[h] == 1.0f) continue;  // o * 1 is o
+      const VF vc = hn::Set(df, corr[h]);
+      float* oh = o + int64_t(h0 + h) * hd;
+      int d = 0;
+      for (; d + N <= hd; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, oh + d), vc), df, oh + d);
+      if (d < hd) StoreFirst(df, hn::Mul(LoadFirst(df, oh + d, hd - d), vc), oh + d, hd - d);
     }
-    alignas(64) float lanes[kMaxLanes];
-    hn::Store(acc0, df, lanes);
-    if (N <= 8) hn::Store(acc1, df, lanes + N);
-    if (N <= 4) {
-      hn::Store(acc2, df, lanes + 2 * N);
-      hn::Store(acc3, df, lanes + 3 * N);
-    }
-    l[h] = l[h] * corr + SumOf16Lanes(lanes);
-    m[h] = mx;
-    if (corr == 1.0f) continue;  // o * 1 is o
-    const VF vc = hn::Set(df, corr);
-    float* oh = o + int64_t(h) * hd;
-    int d = 0;
-    for (; d + N <= hd; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, oh + d), vc), df, oh + d);
-    if (d < hd) StoreFirst(df, hn::Mul(LoadFirst(df, oh + d, hd - d), vc), oh + d, hd - d);
   }
 }
 
