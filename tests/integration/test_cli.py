@@ -147,6 +147,18 @@ check("bench attention --head-dims: one table per head size, named in its title"
       [("head_dim 80, index 2x80" in t["title"], "head_dim 33, index 2x33" in t["title"]) for t in hd["tables"]]
       == [(True, False), (False, True)] and all(t["rows"][0]["sparse_attn_gflops"] > 0 for t in hd["tables"]),
       json.dumps(hd)[:600])
+# --kernels: a dense softmax step's kernels alone, per CPU path this machine runs (the plain
+# reference first), with each shape's call as the walk makes it: the tiny preset's 8 pages of 16
+# keys in one paged call, 32 query heads; M3's one block of 128, 32 heads (2 rows of 16).
+kj = json.loads(run("bench", "attention", "--kernels", "--shapes", "tiny,m3", "--head-dims", "32", "-r", "1",
+                    "--skip-bounds", "-o", "json").stdout)
+simd_paths = {"x86_64": {"avx2"}, "aarch64": {"neon"}}.get(platform.machine(), set())
+check("bench attention --kernels: the step's q·k, softmax and P·V per path, each timed, shapes as the walk calls them",
+      len(kj["tables"]) == 2 and "32 query heads x 128 keys (8 pages of 16) x 32 dims" in kj["tables"][0]["title"]
+      and "32 query heads x 128 keys (1 page of 128) x 32 dims" in kj["tables"][1]["title"]
+      and all([r["path"] for r in t["rows"]][0] == "generic" and simd_paths <= {r["path"] for r in t["rows"]}
+              and all(r[c] > 0 for r in t["rows"] for c in ("qk_gflops", "softmax_ns", "pv_gflops", "step_gflops"))
+              and all(r["step_of_peak"] == "–" for r in t["rows"]) for t in kj["tables"]), json.dumps(kj)[:800])
 bad_hd = run("bench", "attention", "--head-dims", "0", ok=False)
 check("bench attention --head-dims rejects a zero size", bad_hd.returncode != 0 and "--head-dims" in bad_hd.stderr,
       bad_hd.stderr)

@@ -11,6 +11,7 @@
 #include "attention/msa_attention.h"
 #include "m3/error.h"
 #include "base/machine_bounds.h"
+#include "bench_attention_kernels.h"
 #include "bench_report.h"
 #include "bench_util.h"
 #include "cache_type.h"
@@ -86,7 +87,7 @@ void register_bench_attention(CLI::App* bench) {
     std::string shapes = "m3,tiny", contexts = "4096,16384,65536,131072,262144,524288,1048576", head_dims;
     int chunk = 512, threads = 0, reps = 3;
     long long dense_max = 131072;
-    bool skip_bounds = false;
+    bool skip_bounds = false, kernels = false;
   };
   auto a = std::make_shared<Args>();
   CLI::App* cmd = bench->add_subcommand("attention", "One attention layer: MSA vs dense at growing context");
@@ -105,6 +106,9 @@ void register_bench_attention(CLI::App* bench) {
       ->check(CLI::IsMember({"wall", "cpu"}))
       ->capture_default_str();
   cmd->add_flag("--skip-bounds", a->skip_bounds, "Do not measure bandwidth and FMA peak");
+  cmd->add_flag("--kernels", a->kernels,
+                "Instead: time one dense softmax step's kernels alone (q·k, softmax, P·V as the prefill walk calls "
+                "them), one thread, cache-resident, on every CPU path this machine runs, for each shape");
   add_report_option(cmd, a->output);
   cmd->callback([a] {
     ThreadPool pool(a->threads);
@@ -114,7 +118,7 @@ void register_bench_attention(CLI::App* bench) {
              ") is below the first context (", contexts.empty() ? 0 : contexts.front(),
              "): dense is extrapolated from a measured depth, so at least the first must be measured");
     double bw = 0, peak = 0;
-    if (!a->skip_bounds) {
+    if (!a->skip_bounds && !a->kernels) {  // --kernels measures one core's peak instead
       bw = measure_read_bandwidth(pool, size_t(1) << 30, 3, clock);
       peak = measure_fma_peak(pool, 3, clock);
     }
@@ -137,6 +141,17 @@ void register_bench_attention(CLI::App* bench) {
         if (d > 0) s.head_dim = s.index_dim = int(d);
         shapes.push_back(s);
       }
+    }
+    if (a->kernels) {
+      ThreadPool one(1);
+      const BenchClock one_clock{clock.cpu, 1};
+      const double core_peak = a->skip_bounds ? 0.0 : measure_fma_peak(one, 3, one_clock);
+      report.fact("one_core_fma_peak_gflops", Cell(core_peak, "%.0f"));
+      for (const AttnShape& s : shapes)
+        report_step_kernels({s.name, s.q_heads, s.kv_heads, s.head_dim, s.block}, cache_type_of(a->cache_type),
+                            a->reps, one_clock, core_peak, report);
+      report.finish();
+      return;
     }
     for (const AttnShape& s : shapes) {
       const int C = a->chunk, G = s.kv_heads;
