@@ -184,9 +184,10 @@ HWY_INLINE float RowMax(DF df, const float* s, int n, int ld, float m) {
 constexpr int kSoftmaxHeads = 64;
 
 // The step in passes over all the heads, each a stream of independent work: the maxima, the
-// corrections (a vector of heads), the weights, then the sums. Head by head, each head's steps
-// waited on the one before (a maximum, then a horizontal reduction, then the weights), and on
-// AVX2 the tiny preset's dense attention spent a quarter of its time here.
+// corrections (a vector of heads), the weights, then the sums. Head by head, each head's work
+// waited on its own (a maximum, a horizontal reduction, then the weights), and AVX2 (16
+// registers, 9 of them the exponential's constants) kept the running sum of the weights on the
+// stack: a fifth of the tiny preset's dense step (docs/BENCHMARKS.md §0y).
 void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
   const DF df;
   const int N = int(hn::Lanes(df));
