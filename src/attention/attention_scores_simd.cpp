@@ -23,6 +23,9 @@ namespace {
 
 // Stores score vectors to S rows (stride ld), the last one cut at n_keys. With scales (an fp8
 // cache) each key's score is multiplied by its power-of-two scale first: q·(k x 2^e) exactly.
+// kScaled: the fp8 kernels' sink; the others leave out the scale tests (a tile of the tiny
+// preset's 32 dims stores 12 vectors per 384 multiply-adds, so its sink is not free).
+template <bool kScaled>
 struct ScoreStore {
   float* S;
   int ld, n_keys, i0 = 0, t0 = 0;
@@ -33,9 +36,11 @@ struct ScoreStore {
   HWY_INLINE void one(DF df, float* row, int t, VF v) const {
     const int N = int(hn::Lanes(df));
     if (t >= n_keys) return;
-    if (scales != nullptr) v = hn::Mul(v, LoadScales(df, scales, t, scale_len));
-    if (page_scales != nullptr)
-      v = hn::Mul(v, LoadScales(df, page_scales[t / page_keys], t % page_keys, page_keys));
+    if constexpr (kScaled) {
+      if (scales != nullptr) v = hn::Mul(v, LoadScales(df, scales, t, scale_len));
+      if (page_scales != nullptr)
+        v = hn::Mul(v, LoadScales(df, page_scales[t / page_keys], t % page_keys, page_keys));
+    }
     if (t + N <= n_keys) hn::StoreU(v, df, row + t);
     else StoreFirst(df, v, row + t, n_keys - t);
   }
@@ -57,7 +62,7 @@ template <typename T>
 void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n_keys, float* S, int ld,
               const void* pf_region, size_t pf_bytes) {
   Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
-  ScoreStore store{S, ld, n_keys};
+  ScoreStore<false> store{S, ld, n_keys};
   QkForTiles(q, nq, dim, BlockKeys<T>{kT, kt_stride, n_keys}, store, pf);
 }
 
@@ -65,7 +70,7 @@ void QkScores(const float* q, int nq, int dim, const T* kT, int kt_stride, int n
 void QkScoresFp8(const float* q, int nq, int dim, const uint8_t* kT, const uint8_t* scales, int kt_stride, int n_keys,
                  float* S, int ld, const void* pf_region, size_t pf_bytes) {
   Prefetch pf(pf_region, pf_bytes, QkSteps(nq, dim, n_keys));
-  ScoreStore store{S, ld, n_keys};
+  ScoreStore<true> store{S, ld, n_keys};
   store.scales = scales;
   store.scale_len = kt_stride;
   QkForTiles(q, nq, dim, BlockKeys<uint8_t>{kT, kt_stride, n_keys}, store, pf);
@@ -80,7 +85,7 @@ void QkScoresPaged(const float* q, int nq, int dim, const T* const* pages, int B
     for (int p = 0; p * B < n_keys; ++p) QkScores<T>(q, nq, dim, pages[p], B, Min(B, n_keys - p * B), S + p * B, ld, nullptr, 0);
     return;
   }
-  ScoreStore store{S, ld, n_keys};
+  ScoreStore<false> store{S, ld, n_keys};
   QkForTiles(q, nq, dim, PagedKeys<T>{pages, B, n_keys}, store, pf);
 }
 
@@ -92,7 +97,7 @@ void QkScoresPagedFp8(const float* q, int nq, int dim, const uint8_t* const* pag
       QkScoresFp8(q, nq, dim, pages[p], scales[p], B, Min(B, n_keys - p * B), S + p * B, ld, nullptr, 0);
     return;
   }
-  ScoreStore store{S, ld, n_keys};
+  ScoreStore<true> store{S, ld, n_keys};
   store.page_scales = scales;
   store.page_keys = B;
   QkForTiles(q, nq, dim, PagedKeys<uint8_t>{pages, B, n_keys}, store, pf);
