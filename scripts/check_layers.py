@@ -54,6 +54,7 @@ BELOW_THE_API = {
     "tools/m3/cmd_bench.cpp": "counts each test's work from the config and the stored formats (io/model_work.h), "
                               "to read the whole model's speed against the machine's bounds",
     "tools/m3/cmd_bench_attention.cpp": "times the attention kernels themselves against the machine's bounds",
+    "tools/m3/bench_attention_kernels.cpp": "times each CPU path's attention kernel table alone (--kernels)",
     "tools/m3/cmd_bench_matmul.cpp": "times the matmul kernels themselves against the machine's bounds",
     "tools/m3/cmd_bench_gemm_libs.cpp": "times the matmul kernels side by side with OpenBLAS and oneDNN",
     "tools/m3/cmd_bench_train.cpp": "times a training step (src/train/) op by op against the FMA peak",
