@@ -198,7 +198,7 @@ constexpr int kSoftmaxHeads = 64;
 // corrections (a vector of heads), the weights, then the sums. Head by head, each head's work
 // waited on its own (a maximum, a horizontal reduction, then the weights), and AVX2 (16
 // registers, 9 of them the exponential's constants) kept the running sum of the weights on the
-// stack: a fifth of the tiny preset's dense step (docs/BENCHMARKS.md §0y).
+// stack: a quarter of the tiny preset's dense step (docs/BENCHMARKS.md §0y).
 void SoftmaxBlockUpdate(float* S, int heads, int ld, int n_keys, float* m, float* l, float* o, int hd) {
   const DF df;
   const int N = int(hn::Lanes(df));
