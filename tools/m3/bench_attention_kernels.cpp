@@ -30,21 +30,6 @@ struct StepData {
   std::vector<const uint8_t*> k8_at, v8_at, ks8_at, vs8_at;
 };
 
-// Deterministic values in [-1, 1).
-struct StepRng {
-  uint64_t s = 12345;
-  float next() {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-};
-
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return uint16_t(u >> 16);
-}
-
 StepData make_step(int heads, int hd, int B, int pages) {
   StepData d;
   d.heads = heads;
@@ -52,7 +37,7 @@ StepData make_step(int heads, int hd, int B, int pages) {
   d.B = B;
   d.pages = pages;
   d.ld = pages * B;
-  StepRng rng;
+  BenchLcg rng{12345};
   d.q.resize(size_t(heads) * hd);
   for (float& x : d.q) x = rng.next() / std::sqrt(float(hd));
   d.S.resize(size_t(heads) * d.ld);
@@ -67,8 +52,8 @@ StepData make_step(int heads, int hd, int B, int pages) {
     std::vector<uint16_t> k16(n), v16(n);
     std::vector<uint8_t> kc(n), vc(n);
     for (size_t i = 0; i < n; ++i) {
-      k16[i] = bf16_bits(k[i]);
-      v16[i] = bf16_bits(v[i]);
+      k16[i] = f32_to_bf16(k[i]);
+      v16[i] = f32_to_bf16(v[i]);
       kc[i] = uint8_t(int(128 * (k[i] + 1.0f)) % 0x7f);  // E4M3 codes, no NaN (0x7f, 0xff)
       vc[i] = uint8_t(int(128 * (v[i] + 1.0f)) % 0x7f | (v[i] < 0 ? 0x80 : 0));
     }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -45,6 +46,15 @@ inline Timing time_runs(int reps, int warmup, const std::function<void()>& fn, c
   for (int i = 0; i < reps; ++i) t.push_back(time_once(fn, clock));
   return summarize_times(t);
 }
+
+// Deterministic pseudo-random values in [-1, 1) for benchmark operands (a 64-bit LCG).
+struct BenchLcg {
+  uint64_t s;
+  float next() {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    return float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
+  }
+};
 
 std::vector<long long> parse_int_list(const std::string& text, const std::string& what);
 

@@ -36,19 +36,10 @@ AttnShape shape_named(const std::string& n) {
   fail("unknown attention shape '", n, "' (expected m3, m3-group, small or tiny)");
 }
 
-// Deterministic pseudo-random fill in [-1, 1).
-struct Lcg {
-  uint64_t s;
-  float next() {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    return float(int32_t(s >> 32)) * (1.0f / 2147483648.0f);
-  }
-};
-
 void fill_cache(ThreadPool& pool, KvCache& cache, int64_t tokens) {
   const KvCacheShape& sh = cache.shape();
   pool.parallel_for(tokens, [&](int64_t a, int64_t b) {
-    Lcg rng{uint64_t(a) * 7919 + 1};
+    BenchLcg rng{uint64_t(a) * 7919 + 1};
     std::vector<float> k(static_cast<size_t>(sh.head_dim)), v(static_cast<size_t>(sh.head_dim)), ik(static_cast<size_t>(sh.index_dim));
     for (int64_t t = a; t < b; ++t) {
       for (int g = 0; g < sh.kv_heads; ++g) {
@@ -63,7 +54,7 @@ void fill_cache(ThreadPool& pool, KvCache& cache, int64_t tokens) {
 }
 
 std::vector<float> random_vector(size_t n, uint64_t seed) {
-  Lcg rng{seed};
+  BenchLcg rng{seed};
   std::vector<float> v(n);
   for (auto& x : v) x = rng.next();
   return v;
