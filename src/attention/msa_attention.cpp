@@ -137,13 +137,15 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
   // written below (block b is scored from first_row_beyond(b) <= r on), so nothing is filled first.
   if (n_scores > 0) {
     const int64_t n_rows = sparse_rows * G;  // score rows: (row, KV group)
+    // Blocks a group at a time: each score row then gets the group's kGroup scores as one run of
+    // consecutive floats (4 cache lines), where one block at a time wrote a float to every row,
+    // each on its own line and page (the tiny preset at 64K: 1,024 rows 16 KiB apart). A call's
+    // queries, transposed once by the queries-in-lanes tiles, serve up to 64 pages (16 left the
+    // transposition 15% of the tiny preset's index time). So a thread's ranges are whole groups
+    // where there are enough blocks for every thread.
+    constexpr int64_t kGroup = 64;
+    const int64_t grain = std::min<int64_t>(kGroup, (n_blocks + pool.size() - 1) / pool.size());
     pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-      // Blocks a group at a time: each score row then gets the group's kGroup scores as one run
-      // of consecutive floats (4 cache lines), where one block at a time wrote a float to every
-      // row, each on its own line and page (the tiny preset at 64K: 1,024 rows 16 KiB apart). A
-      // call's queries, transposed once by the queries-in-lanes tiles, serve up to 64 pages (16
-      // left the transposition 15% of the tiny preset's index time).
-      constexpr int64_t kGroup = 64;
       // Column b - g0 of cols holds block b's scores by score row; a line more than the rows, so
       // that the copy below does not read 64 lines of one L1 set (rows are a power of two).
       const int64_t col_stride = n_rows + 16;
@@ -208,7 +210,7 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
           }
         }
       }
-    }, 1);
+    }, grain);
   }
 
   pool.parallel_for(R * G, [&](int64_t t0, int64_t t1) {

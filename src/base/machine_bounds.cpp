@@ -79,19 +79,16 @@ double BenchClock::now() const {
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const BenchClock& clock) {
   const size_t n = bytes / sizeof(float);
   std::unique_ptr<float[]> buf(new float[n]);
-  // First touch from the pool, so pages are spread the way the reads will be.
-  pool.parallel_for(int64_t(n), [&](int64_t a, int64_t b) { std::fill(buf.get() + a, buf.get() + b, 1.0f); }, 1 << 16);
+  const size_t threads = size_t(pool.size());
+  auto lo = [&](int t) { return n * size_t(t) / threads; };
+  // First touch from the thread that reads each share, so pages are placed the way they are read.
+  pool.on_each_thread([&](int t) { std::fill(buf.get() + lo(t), buf.get() + lo(t + 1), 1.0f); });
   double best = 0.0;
   volatile float sink = 0.0f;
   for (int r = 0; r < reps; ++r) {
-    std::vector<float> part(size_t(pool.size()), 0.0f);
+    std::vector<float> part(threads, 0.0f);
     const double t0 = clock.now();
-    pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
-      for (int64_t w = a; w < b; ++w) {
-        const size_t lo = n * size_t(w) / size_t(pool.size()), hi = n * size_t(w + 1) / size_t(pool.size());
-        part[size_t(w)] = active().sum_floats(buf.get() + lo, hi - lo);
-      }
-    });
+    pool.on_each_thread([&](int t) { part[size_t(t)] = active().sum_floats(buf.get() + lo(t), lo(t + 1) - lo(t)); });
     const double dt = clock.since(t0);
     for (float x : part) sink = sink + x;
     best = std::max(best, double(bytes) / dt / 1e9);
@@ -107,9 +104,7 @@ double measure_fma_peak(ThreadPool& pool, int reps, const BenchClock& clock) {
   for (int r = 0; r < reps; ++r) {
     std::vector<float> part(size_t(pool.size()), 0.0f);
     const double t0 = clock.now();
-    pool.parallel_for(pool.size(), [&](int64_t a, int64_t b) {
-      for (int64_t w = a; w < b; ++w) part[size_t(w)] = active().fma_loop(iters);
-    });
+    pool.on_each_thread([&](int t) { part[size_t(t)] = active().fma_loop(iters); });
     const double dt = clock.since(t0);
     for (float x : part) sink = sink + x;
     best = std::max(best, flops_per_iter * double(iters) * pool.size() / dt / 1e9);

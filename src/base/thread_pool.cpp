@@ -46,7 +46,7 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_range(int part) {
+void ThreadPool::run_part(int part) {
   const int64_t begin = n_ * part / parts_, end = n_ * (part + 1) / parts_;
   if (begin >= end) return;
   try {
@@ -55,6 +55,15 @@ void ThreadPool::run_range(int part) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_) error_ = std::current_exception();
   }
+}
+
+// Thread `index`'s share of the current job: its own part, or the parts left, one at a time.
+void ThreadPool::run_job(int index) {
+  if (one_per_thread_) {
+    if (index < parts_) run_part(index);
+    return;
+  }
+  for (int part; (part = next_part_.fetch_add(1, std::memory_order_relaxed)) < parts_;) run_part(part);
 }
 
 void ThreadPool::worker_loop(int index) {
@@ -73,7 +82,7 @@ void ThreadPool::worker_loop(int index) {
       std::lock_guard<std::mutex> lock(mu_);
       seen = generation_.load(std::memory_order_relaxed);
     }
-    if (index < parts_) run_range(index);
+    run_job(index);
     if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       std::lock_guard<std::mutex> lock(mu_);  // the caller may be about to sleep on done_
       done_.notify_one();
@@ -81,14 +90,8 @@ void ThreadPool::worker_loop(int index) {
   }
 }
 
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
-  if (n <= 0) return;
-  grain = std::max<int64_t>(grain, 1);
-  const int parts = int(std::min<int64_t>(size(), (n + grain - 1) / grain));
-  if (parts <= 1) {
-    fn(0, n);
-    return;
-  }
+void ThreadPool::start_and_wait(int64_t n, int parts, bool one_per_thread,
+                                const std::function<void(int64_t, int64_t)>& fn) {
   std::lock_guard<std::mutex> job_lock(job_mu_);
   bool wake_sleepers;
   {
@@ -96,13 +99,15 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn_ = &fn;
     n_ = n;
     parts_ = parts;
+    one_per_thread_ = one_per_thread;
+    next_part_.store(0, std::memory_order_relaxed);
     error_ = nullptr;
     pending_.store(int(workers_.size()), std::memory_order_relaxed);
     generation_.fetch_add(1, std::memory_order_release);
     wake_sleepers = sleepers_ > 0;
   }
   if (wake_sleepers) wake_.notify_all();
-  run_range(0);
+  run_job(0);
   auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
   if (!spin_until(finished)) {
     std::unique_lock<std::mutex> lock(mu_);
@@ -115,6 +120,26 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn_ = nullptr;
   }
   if (error) std::rethrow_exception(error);
+}
+
+void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(grain, 1);
+  const int parts = int(std::min<int64_t>(int64_t(size()) * kRangesPerThread, (n + grain - 1) / grain));
+  if (parts <= 1 || size() == 1) {
+    fn(0, n);
+    return;
+  }
+  start_and_wait(n, parts, false, fn);
+}
+
+void ThreadPool::on_each_thread(const std::function<void(int)>& fn) {
+  if (size() == 1) {
+    fn(0);
+    return;
+  }
+  const std::function<void(int64_t, int64_t)> one = [&](int64_t t, int64_t) { fn(int(t)); };
+  start_and_wait(size(), size(), true, one);
 }
 
 }  // namespace m3

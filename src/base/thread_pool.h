@@ -1,7 +1,12 @@
 #pragma once
 // The one thread pool of the process. Work is split into contiguous ranges so results do not
-// depend on scheduling: for a fixed thread count every range is computed by the same code in the
-// same order, which keeps outputs bit-identical between runs.
+// depend on scheduling: for a fixed thread count the ranges are always the same and each is
+// computed by the same code in the same order, which keeps outputs bit-identical between runs.
+//
+// There are a few more ranges than threads, and each thread takes the next one left when it is
+// done with its last: a thread slowed down (another tenant on its core, an efficiency core beside
+// performance cores, an interrupt) then leaves its share to the others, where with one range per
+// thread every job waited for the slowest (docs/BENCHMARKS.md §0z).
 //
 // A decode step is hundreds of parallel_for calls of a few microseconds each, so handing work to a
 // sleeping thread (a futex wake: tens of microseconds on a VM) would cost more than the work. Idle
@@ -28,12 +33,23 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }  // workers + the calling thread
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n); blocks until all are done.
-  // Ranges are at least `grain` long. Exceptions thrown by fn are rethrown here (first one wins).
+  // Ranges are about `grain` long or longer, at most kRangesPerThread per thread. Exceptions thrown by fn are rethrown here (first one wins).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
+
+  // Calls fn(t) once on every thread t of the pool (0 = the caller) at the same time: for
+  // measurements that need every thread busy at once (base/machine_bounds.h).
+  void on_each_thread(const std::function<void(int)>& fn);
+
+  // Ranges per thread of a large parallel_for: enough that a thread running at half speed costs
+  // a job about an eighth of its time instead of half, few enough that a range's fixed work
+  // (packing, prefetch ramp-up) stays small.
+  static constexpr int kRangesPerThread = 4;
 
  private:
   void worker_loop(int index);
-  void run_range(int part);
+  void run_part(int part);
+  void run_job(int index);
+  void start_and_wait(int64_t n, int parts, bool one_per_thread, const std::function<void(int64_t, int64_t)>& fn);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
@@ -46,6 +62,8 @@ class ThreadPool {
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0;
   int parts_ = 0;
+  bool one_per_thread_ = false;   // part t runs on thread t (on_each_thread)
+  std::atomic<int> next_part_{0};  // the next part not yet taken
   std::exception_ptr error_;
   std::mutex job_mu_;  // one parallel_for at a time
 };

@@ -1,6 +1,7 @@
 // The thread pool: every index is visited exactly once in contiguous ranges, across thousands of
 // back-to-back jobs (the spinning hand-off), after the workers fell asleep (the blocking hand-off),
-// from several calling threads at once, and with exceptions; the default size (usable CPUs).
+// from several calling threads at once, and with exceptions; a slowed thread's ranges go to the
+// others; on_each_thread runs on every thread at once; the default size (usable CPUs).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -62,6 +63,52 @@ TEST(ThreadPool, RangesAreTheSameForEveryRun) {
   };
   const auto first = ranges();
   for (int i = 0; i < 100; ++i) EXPECT_EQ(ranges(), first);
+}
+
+// A worker held up in its first range (another tenant on its core, say) leaves every other range
+// to the caller, which no longer waits for it with half of the job still to do.
+TEST(ThreadPool, ASlowedThreadLeavesItsRangesToTheOthers) {
+  m3::ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  for (int round = 0; round < 20; ++round) {
+    std::atomic<int> done{0}, by_caller{0};
+    std::atomic<bool> held{false};
+    pool.parallel_for(8, [&](int64_t, int64_t) {
+      if (std::this_thread::get_id() == caller) {
+        by_caller.fetch_add(1);
+      } else if (!held.exchange(true)) {
+        // Released when the other seven are done; the deadline only keeps a broken pool from hanging.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (done.load() < 7 && std::chrono::steady_clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      done.fetch_add(1);
+    });
+    EXPECT_EQ(done.load(), 8);
+    EXPECT_GE(by_caller.load(), 7) << "round " << round;
+  }
+}
+
+// on_each_thread: thread t runs fn(t) once, all of them at the same time (each waits for the rest).
+TEST(ThreadPool, OnEachThreadRunsEveryThreadAtOnce) {
+  for (int threads : {1, 2, 3}) {
+    m3::ThreadPool pool(threads);
+    std::vector<std::atomic<int>> calls(static_cast<size_t>(threads));
+    std::atomic<int> arrived{0};
+    std::vector<std::thread::id> ids(static_cast<size_t>(threads));
+    pool.on_each_thread([&](int t) {
+      calls[size_t(t)].fetch_add(1);
+      ids[size_t(t)] = std::this_thread::get_id();
+      arrived.fetch_add(1);
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (arrived.load() < threads && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    });
+    EXPECT_EQ(arrived.load(), threads);
+    for (int t = 0; t < threads; ++t) EXPECT_EQ(calls[size_t(t)].load(), 1) << t;
+    EXPECT_EQ(ids[0], std::this_thread::get_id());
+    for (int t = 1; t < threads; ++t)
+      for (int u = 0; u < t; ++u) EXPECT_NE(ids[size_t(t)], ids[size_t(u)]);
+  }
 }
 
 TEST(ThreadPool, ConcurrentCallersEachGetTheirWholeJob) {
