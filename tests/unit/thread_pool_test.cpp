@@ -65,24 +65,26 @@ TEST(ThreadPool, RangesAreTheSameForEveryRun) {
   for (int i = 0; i < 100; ++i) EXPECT_EQ(ranges(), first);
 }
 
-// A worker held up in its first range (another tenant on its core, say) leaves every other range
-// to the caller, which no longer waits for it with half of the job still to do.
+// A worker held up in its first range (another tenant on its core, say) leaves every other index
+// to the caller: with one range per thread the caller did four and the job waited for the other
+// four.
 TEST(ThreadPool, ASlowedThreadLeavesItsRangesToTheOthers) {
   m3::ThreadPool pool(2);
   const std::thread::id caller = std::this_thread::get_id();
   for (int round = 0; round < 20; ++round) {
     std::atomic<int> done{0}, by_caller{0};
     std::atomic<bool> held{false};
-    pool.parallel_for(8, [&](int64_t, int64_t) {
+    pool.parallel_for(8, [&](int64_t b, int64_t e) {
       if (std::this_thread::get_id() == caller) {
-        by_caller.fetch_add(1);
+        by_caller.fetch_add(int(e - b));
       } else if (!held.exchange(true)) {
-        // Released when the other seven are done; the deadline only keeps a broken pool from hanging.
+        // Released when the other seven indices are done; the deadline only keeps a pool that
+        // gave this thread more of them from hanging.
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        while (done.load() < 7 && std::chrono::steady_clock::now() < deadline)
+        while (done.load() < 8 - (e - b) && std::chrono::steady_clock::now() < deadline)
           std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
-      done.fetch_add(1);
+      done.fetch_add(int(e - b));
     });
     EXPECT_EQ(done.load(), 8);
     EXPECT_GE(by_caller.load(), 7) << "round " << round;
