@@ -33,7 +33,8 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }  // workers + the calling thread
 
   // Calls fn(begin, end) on disjoint ranges covering [0, n); blocks until all are done.
-  // Ranges are about `grain` long or longer, at most kRangesPerThread per thread. Exceptions thrown by fn are rethrown here (first one wins).
+  // Ranges are about `grain` long or longer, at most kRangesPerThread per thread. Exceptions
+  // thrown by fn are rethrown here (first one wins).
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
   // Calls fn(t) once on every thread t of the pool (0 = the caller) at the same time: for
