@@ -39,9 +39,9 @@ AttnShape shape_named(const std::string& n) {
 void fill_cache(ThreadPool& pool, KvCache& cache, int64_t tokens) {
   const KvCacheShape& sh = cache.shape();
   pool.parallel_for(tokens, [&](int64_t a, int64_t b) {
-    BenchLcg rng{uint64_t(a) * 7919 + 1};
     std::vector<float> k(static_cast<size_t>(sh.head_dim)), v(static_cast<size_t>(sh.head_dim)), ik(static_cast<size_t>(sh.index_dim));
     for (int64_t t = a; t < b; ++t) {
+      BenchLcg rng{uint64_t(t) * 7919 + 1};  // seeded per token: the same cache however the pool cuts the job
       for (int g = 0; g < sh.kv_heads; ++g) {
         for (auto& x : k) x = rng.next();
         for (auto& x : v) x = rng.next();
