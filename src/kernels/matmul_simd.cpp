@@ -119,7 +119,7 @@ HWY_NOINLINE void Tile(const TileArgs& a) {
       if (kb0 > 0) { M3_ACC24(M3_MM_LOAD) }
       VF x0 = hn::Zero(df), x1 = x0, x2 = x0, x3 = x0, w = x0;
       for (int64_t kb = kb0; kb < kb1; ++kb) {
-        const float* xb = a.x + kb * a.x_block_stride;
+        const float* xb = a.x + kb * a.x_block_stride + lane0;
         const bool in_tail = kb >= full;
         const uint8_t* wb = in_tail ? &tail[0][0] : a.w + kb * kBytes;
         const int64_t ws = in_tail ? kBytes : a.w_stride;
@@ -144,22 +144,28 @@ HWY_NOINLINE void PanelTile(const PanelArgs& a) {
   static_assert(MR <= 4 && MR * NR <= 24, "a tile has at most 4 x rows and 24 accumulators");
   const DF df;
   const int64_t N = int64_t(hn::Lanes(df));
-  const int64_t xs = a.x_stride;
+  // The packed x of the tile (matmul.cpp's run_range): block b's row m at x + (b·MR + m)·32.
+  if (a.x_stride != kBlock || a.x_block_stride != MR * kBlock) std::abort();  // a planning bug
+  constexpr int64_t xs = kBlock;
   HWY_ALIGN float out_lanes[MR * NR * kLanes];
   float* lanes = a.lanes;
   for (int64_t lane0 = 0; lane0 < kLanes; lane0 += N) {
     M3_ACC24(M3_MM_DECL)
     if (a.resume) { M3_ACC24(M3_MM_LOAD) }
     VF x0 = hn::Zero(df), x1 = x0, x2 = x0, x3 = x0, w = x0;
-    for (int64_t b = 0; b < a.blocks; ++b) {
-      const float* xb = a.x + b * a.x_block_stride;
-      const float* pb = a.panel + b * NR * kBlock;
-      if (a.prefetch != nullptr && lane0 == 0)
-        for (int j = 0; j < NR; ++j) {
-          const char* next = reinterpret_cast<const char*>(a.prefetch + j * a.prefetch_stride) + b * a.prefetch_block_bytes;
-          for (int off = 0; off < a.prefetch_block_bytes; off += 64) __builtin_prefetch(next + off, 0, 2);
-        }
-#define WEIGHT(j) hn::Load(df, pb + (j) * kBlock + kPass * kLanes + lane0)
+    // Pointers that step block by block, every other offset a constant: GCC kept the strides and
+    // the block index on the stack and reloaded them every pass (docs/BENCHMARKS.md §0za).
+    const float* xb = a.x + lane0;
+    const float* pb = a.panel + lane0;
+    const uint8_t* next = lane0 == 0 ? a.prefetch : nullptr;
+    for (const float* const end = pb + a.blocks * NR * kBlock; pb != end; xb += MR * kBlock, pb += NR * kBlock) {
+      if (next != nullptr) {
+        for (int j = 0; j < NR; ++j)
+          for (int off = 0; off < a.prefetch_block_bytes; off += 64)
+            __builtin_prefetch(next + j * a.prefetch_stride + off, 0, 2);
+        next += a.prefetch_block_bytes;
+      }
+#define WEIGHT(j) hn::Load(df, pb + (j) * kBlock + kPass * kLanes)
       M3_MM_PASS(0)
       M3_MM_PASS(1)
 #undef WEIGHT

@@ -62,12 +62,12 @@ HWY_INLINE VF PickX(VF x0, VF x1, VF x2, VF x3) {
     if constexpr (k % MR == 0) w = WEIGHT(k / MR);                    \
     acc##k = hn::MulAdd(PickX<k % MR>(x0, x1, x2, x3), w, acc##k);    \
   }
-// Pass kPass of one block for the current chunk: x rows at xb (xs apart), weight row j from
-// WEIGHT(j).
+// Pass kPass of one block for the current chunk: x rows at xb (xs apart, already offset by the
+// chunk's first lane), weight row j from WEIGHT(j).
 #define M3_MM_PASS(PASS)                                                      \
   {                                                                           \
     constexpr int kPass = PASS;                                               \
-    const float* xp = xb + kPass * kLanes + lane0;                            \
+    const float* xp = xb + kPass * kLanes;                                    \
     x0 = hn::LoadU(df, xp);                                                   \
     if constexpr (MR > 1) x1 = hn::LoadU(df, xp + xs);                        \
     if constexpr (MR > 2) x2 = hn::LoadU(df, xp + 2 * xs);                    \
