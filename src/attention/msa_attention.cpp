@@ -136,81 +136,95 @@ void msa_select_run(ThreadPool& pool, const KvCache& cache, int layer, const Att
   // Row r reads the scores of blocks [0, local(r)) only (msa_select_blocks), and each of those is
   // written below (block b is scored from first_row_beyond(b) <= r on), so nothing is filled first.
   if (n_scores > 0) {
-    const int64_t n_rows = sparse_rows * G;  // score rows: (row, KV group)
     // Blocks a group at a time: each score row then gets the group's kGroup scores as one run of
     // consecutive floats (4 cache lines), where one block at a time wrote a float to every row,
     // each on its own line and page (the tiny preset at 64K: 1,024 rows 16 KiB apart). A call's
     // queries, transposed once by the queries-in-lanes tiles, serve up to 64 pages (16 left the
-    // transposition 15% of the tiny preset's index time). So a thread's ranges are whole groups
-    // where there are enough blocks for every thread.
+    // transposition 15% of the tiny preset's index time). So a group is 64 blocks where there are
+    // enough blocks for every thread.
+    //
+    // A task is one group of blocks against one slice of the rows: where there are few groups (M3's
+    // shape at 16K: 128 blocks, 2 groups), the rows are cut too, so that the pool has several tasks
+    // per thread to balance (two tasks ran 1.5x faster on 2 threads than on one, docs/BENCHMARKS.md
+    // §0za). The transposition per page is the same: a call's queries are its slice's rows.
     constexpr int64_t kGroup = 64;
-    const int64_t grain = std::min<int64_t>(kGroup, (n_blocks + pool.size() - 1) / pool.size());
-    pool.parallel_for(n_blocks, [&](int64_t b0, int64_t b1) {
-      // Column b - g0 of cols holds block b's scores by score row; a line more than the rows, so
-      // that the copy below does not read 64 lines of one L1 set (rows are a power of two).
-      const int64_t col_stride = n_rows + 16;
+    constexpr int64_t kMinSliceRows = 64;  // rows (times G score rows) per call, for the tiles' width
+    const int64_t group = std::min<int64_t>(kGroup, (n_blocks + pool.size() - 1) / pool.size());
+    const int64_t n_groups = (n_blocks + group - 1) / group;
+    const int64_t want = int64_t(pool.size()) * ThreadPool::kRangesPerThread;
+    const int64_t slices =
+        std::clamp<int64_t>((want + n_groups - 1) / n_groups, 1, std::max<int64_t>(1, sparse_rows / kMinSliceRows));
+    const int64_t slice_rows = (sparse_rows + slices - 1) / slices;
+    pool.parallel_for(n_groups * slices, [&](int64_t task0, int64_t task1) {
+      // Column b - g0 of cols holds block b's scores by score row of the slice; a line more than
+      // the rows, so that the copy below does not read 64 lines of one L1 set (rows are a power of
+      // two).
+      const int64_t col_stride = slice_rows * G + 16;
       std::vector<float> cols(size_t(kGroup * col_stride));
       int64_t group_r0[kGroup];
-      // Blocks [b, e) of the group starting at g0, scored by rows [r0, R), in one call: a small
-      // block alone is too narrow a tile (qk_block_max_paged).
-      auto score_pages = [&](int64_t g0, int64_t b, int64_t e, int64_t r0) {
-        const int n = int(e - b), nq = int((R - r0) * G);
-        const float* iq = run.iq + r0 * G * id;
-        float* col = cols.data() + (b - g0) * col_stride + (r0 - first_sparse_row) * G;
-        switch (cache.dtype()) {
-          case DType::BF16: {
-            const uint16_t* p[kGroup];
-            for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<uint16_t>();
-            qk_block_max_paged(iq, nq, id, p, n, B, col, int(col_stride));
-            break;
-          }
-          case DType::F8_E4M3: {
-            const uint8_t* p[kGroup];
-            const uint8_t* sc[kGroup];
-            for (int64_t x = b; x < e; ++x) {
-              const CachePageView ik = cache.index_k_block_t(layer, x);
-              p[x - b] = ik.as<uint8_t>();
-              sc[x - b] = ik.scales;
+      for (int64_t task = task0; task < task1; ++task) {
+        const int64_t g0 = (task / slices) * group, g1 = std::min(g0 + group, n_blocks);
+        const int64_t s0 = first_sparse_row + (task % slices) * slice_rows;  // the slice: rows [s0, s1)
+        const int64_t s1 = std::min(s0 + slice_rows, R);
+        // Blocks [b, e) of the group, scored by rows [r0, s1), in one call: a small block alone is
+        // too narrow a tile (qk_block_max_paged).
+        auto score_pages = [&](int64_t b, int64_t e, int64_t r0) {
+          const int n = int(e - b), nq = int((s1 - r0) * G);
+          const float* iq = run.iq + r0 * G * id;
+          float* col = cols.data() + (b - g0) * col_stride + (r0 - s0) * G;
+          switch (cache.dtype()) {
+            case DType::BF16: {
+              const uint16_t* p[kGroup];
+              for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<uint16_t>();
+              qk_block_max_paged(iq, nq, id, p, n, B, col, int(col_stride));
+              break;
             }
-            qk_block_max_paged(iq, nq, id, p, sc, n, B, col, int(col_stride));
-            break;
+            case DType::F8_E4M3: {
+              const uint8_t* p[kGroup];
+              const uint8_t* sc[kGroup];
+              for (int64_t x = b; x < e; ++x) {
+                const CachePageView ik = cache.index_k_block_t(layer, x);
+                p[x - b] = ik.as<uint8_t>();
+                sc[x - b] = ik.scales;
+              }
+              qk_block_max_paged(iq, nq, id, p, sc, n, B, col, int(col_stride));
+              break;
+            }
+            default: {
+              const float* p[kGroup];
+              for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<float>();
+              qk_block_max_paged(iq, nq, id, p, n, B, col, int(col_stride));
+              break;
+            }
           }
-          default: {
-            const float* p[kGroup];
-            for (int64_t x = b; x < e; ++x) p[x - b] = cache.index_k_block_t(layer, x).as<float>();
-            qk_block_max_paged(iq, nq, id, p, n, B, col, int(col_stride));
-            break;
-          }
-        }
-      };
-      for (int64_t g0 = b0; g0 < b1; g0 += kGroup) {
-        const int64_t g1 = std::min(g0 + kGroup, b1);
-        for (int64_t b = g0; b < g1; ++b) group_r0[b - g0] = std::max(first_sparse_row, first_row_beyond(b));
+        };
+        for (int64_t b = g0; b < g1; ++b) group_r0[b - g0] = std::max(s0, first_row_beyond(b));
         for (int64_t b = g0; b < g1; ++b) {
           const int64_t r0 = group_r0[b - g0];
-          if (r0 >= R) continue;
+          if (r0 >= s1) continue;
           // This block and the next ones scored by the same rows, in one call: the kernel picks
           // its tiles (qk_block_max_paged; a page at a time, the next one prefetched, where the
           // queries are too few for the queries-in-lanes tiles).
           int64_t e = b + 1;
           while (e < g1 && group_r0[e - g0] == r0) ++e;
-          score_pages(g0, b, e, r0);
+          score_pages(b, e, r0);
           b = e - 1;
         }
         // first_row_beyond grows with b: a row is scored by a prefix of the group's blocks. The
         // columns go to the rows 16 at a time, so that both sides stay in L1 (cols is 256 KiB at
         // 1,024 score rows; row by row, each row read 64 lines of it).
         constexpr int64_t kRowTile = 16;
-        for (int64_t i0 = (group_r0[0] - first_sparse_row) * G; i0 < n_rows; i0 += kRowTile) {
-          const int64_t i1 = std::min(i0 + kRowTile, n_rows);
+        const int64_t first_i = (s0 - first_sparse_row) * G, end_i = (s1 - first_sparse_row) * G;
+        for (int64_t i0 = (group_r0[0] - first_sparse_row) * G; i0 < end_i; i0 += kRowTile) {
+          const int64_t i1 = std::min(i0 + kRowTile, end_i);
           for (int64_t b = g0; b < g1; ++b) {
-            const float* col = cols.data() + (b - g0) * col_stride;
+            const float* col = cols.data() + (b - g0) * col_stride;  // col[i - first_i]: score row i
             for (int64_t i = std::max(i0, (group_r0[b - g0] - first_sparse_row) * G); i < i1; ++i)
-              scores[i * n_blocks + b] = col[i] * scale;
+              scores[i * n_blocks + b] = col[i - first_i] * scale;
           }
         }
       }
-    }, grain);
+    });
   }
 
   pool.parallel_for(R * G, [&](int64_t t0, int64_t t1) {

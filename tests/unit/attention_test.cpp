@@ -731,8 +731,10 @@ NaiveCase m3_case(int kv_heads, int64_t context, int64_t rows, DType cache) {
 TEST(MsaAttention, MatchesNaiveSpecAcrossShapes) {
   // Lengths not a multiple of the block, fewer than top-k blocks, exactly k and k+1 blocks,
   // chunks that start inside a block, one and several threads, head_dim not a multiple of 16.
+  // 200 rows over 31 blocks: the index scores are cut into slices of rows as well as groups of
+  // blocks (msa_select_run), with slices that start before, inside and after a block's first row.
   struct Shape { int64_t context, rows; };
-  const Shape shapes[] = {{0, 1}, {0, 37}, {0, 64}, {48, 16}, {63, 2}, {64, 1}, {65, 30}, {150, 57}, {300, 1}};
+  const Shape shapes[] = {{0, 1}, {0, 37}, {0, 64}, {48, 16}, {63, 2}, {64, 1}, {65, 30}, {150, 57}, {300, 1}, {300, 200}};
   uint32_t seed = 100;
   for (int threads : {1, 3})
     for (const Shape& s : shapes)
