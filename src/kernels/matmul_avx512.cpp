@@ -161,8 +161,23 @@ M3_AVX512 void panel_tile(const PanelArgs& a) {
   }
 
   if (a.y != nullptr) {
-    for (int m = 0; m < MR; ++m)
-      for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      float* y = a.y + m * a.y_stride;
+      int j = 0;
+#pragma GCC unroll 2
+      for (; j + 4 <= NR; j += 4) {  // four outputs' sums at once
+        const __m128 t = reduce16x4(acc[m][j], acc[m][j + 1], acc[m][j + 2], acc[m][j + 3]);
+        if (a.y_col_stride == 1) {
+          _mm_storeu_ps(y + j, t);
+        } else {
+          alignas(16) float four[4];
+          _mm_store_ps(four, t);
+          for (int i = 0; i < 4; ++i) y[(j + i) * a.y_col_stride] = four[i];
+        }
+      }
+      for (; j < NR; ++j) y[j * a.y_col_stride] = reduce16(acc[m][j]);
+    }
   } else {
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m)

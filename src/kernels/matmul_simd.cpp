@@ -137,6 +137,30 @@ HWY_NOINLINE void Tile(const TileArgs& a) {
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = Reduce16(lanes + (m * NR + j) * kLanes);
 }
 
+// AVX2's 8-lane vectors: an output's 16 lanes are two vectors, lanes 0-7 (stored by the first
+// chunk) and 8-15 (the second chunk's, in a register). The fixed 16-lane sum of matmul_tile.h from
+// there, with the additions of Reduce16: s8 = lanes 0-7 + lanes 8-15, s4 = its halves added;
+// Totals4 then gives four outputs' (s4[0] + s4[2]) + (s4[1] + s4[3]) in one vector. (NEON's
+// 4-lane chunks and SVE's scalable vectors, which cannot live in arrays, keep Reduce16.)
+#if HWY_TARGET == HWY_AVX2
+using D4 = hn::FixedTag<float, 4>;
+
+HWY_INLINE hn::Vec<D4> SumHalves(VF lanes8_15, const float* lanes0_7) {
+  const DF df;
+  const hn::Half<DF> dh;
+  const VF s8 = hn::Add(hn::LoadU(df, lanes0_7), lanes8_15);
+  return hn::Add(hn::LowerHalf(dh, s8), hn::UpperHalf(dh, s8));
+}
+
+HWY_INLINE hn::Vec<D4> Totals4(hn::Vec<D4> a, hn::Vec<D4> b, hn::Vec<D4> c, hn::Vec<D4> d) {
+  const D4 d4;
+  // (a0 + a2, b0 + b2, a1 + a3, b1 + b3), and the same of c and d
+  const auto ab = hn::Add(hn::InterleaveLower(d4, a, b), hn::InterleaveUpper(d4, a, b));
+  const auto cd = hn::Add(hn::InterleaveLower(d4, c, d), hn::InterleaveUpper(d4, c, d));
+  return hn::Add(hn::ConcatLowerLower(d4, cd, ab), hn::ConcatUpperUpper(d4, cd, ab));
+}
+#endif
+
 // A panel tile (prefill): the weights of blocks [0, blocks) come widened in an fp32 panel
 // (PanelArgs); the lanes resume from and return to a.lanes between chunks of K.
 template <int MR, int NR>
@@ -147,6 +171,12 @@ HWY_NOINLINE void PanelTile(const PanelArgs& a) {
   // The packed x of the tile (matmul.cpp's run_range): block b's row m at x + (b·MR + m)·32.
   if (a.x_stride != kBlock || a.x_block_stride != MR * kBlock) std::abort();  // a planning bug
   constexpr int64_t xs = kBlock;
+  // AVX2 and a tile of 4 weight rows: the sums of the last chunk's outputs start in registers
+  // (SumHalves, Totals4), where storing them and summing each output's 16 lanes from memory was a
+  // fifth of the tile's time at K = 512 (docs/BENCHMARKS.md §0za).
+#if HWY_TARGET == HWY_AVX2
+  constexpr bool kSumInRegisters = NR == 4;
+#endif
   HWY_ALIGN float out_lanes[MR * NR * kLanes];
   float* lanes = a.lanes;
   for (int64_t lane0 = 0; lane0 < kLanes; lane0 += N) {
@@ -170,6 +200,29 @@ HWY_NOINLINE void PanelTile(const PanelArgs& a) {
       M3_MM_PASS(1)
 #undef WEIGHT
     }
+#if HWY_TARGET == HWY_AVX2
+    if constexpr (kSumInRegisters) {
+      if (a.y != nullptr && lane0 + N == kLanes) {  // the last chunk: lanes 0-7 wait in out_lanes
+        hn::Vec<D4> s4[MR * NR];
+#define M3_MM_S4(k) \
+  if constexpr (k < MR * NR) s4[k] = SumHalves(acc##k, out_lanes + ((k % MR) * NR + k / MR) * kLanes);
+        M3_ACC24(M3_MM_S4)
+#undef M3_MM_S4
+        for (int m = 0; m < MR; ++m) {  // outputs (m, 0..3): accumulators m, m + MR, m + 2MR, m + 3MR
+          const hn::Vec<D4> t = Totals4(s4[m], s4[m + MR], s4[m + 2 * MR], s4[m + 3 * MR]);
+          float* y = a.y + m * a.y_stride;
+          if (a.y_col_stride == 1) {
+            hn::StoreU(t, D4(), y);
+          } else {
+            HWY_ALIGN float four[4];
+            hn::Store(t, D4(), four);
+            for (int j = 0; j < 4; ++j) y[j * a.y_col_stride] = four[j];
+          }
+        }
+        return;
+      }
+    }
+#endif
     if (a.y != nullptr) lanes = out_lanes;
     M3_ACC24(M3_MM_STORE)
     lanes = a.lanes;
