@@ -405,13 +405,26 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K) {
 
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
                 int64_t M, const LinearWeight& w, float* y) {
+  const MatmulTarget one{&w, y};
+  matmul_run_many(path, plan, pool, x, rows, M, std::span<const MatmulTarget>(&one, 1));
+}
+
+void matmul_run_many(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
+                     int64_t M, std::span<const MatmulTarget> targets) {
+  if (targets.empty()) return;
   const TileKernels& kern = kernels_for(tile_tables().path_of(path));
-  const WeightFormat& f = *w.format;
+  const WeightFormat& f = *targets[0].w->format;
+  const int64_t K = targets[0].w->cols;
   M3_CHECK(f.dense() || (f.dequantize_cols != nullptr && (plan.blocked || plan.blocked_tile != nullptr) &&
                          kBlock % f.weights_per_element == 0 && (kBlock % f.block_cols == 0 || f.block_cols % kBlock == 0)),
            "matmul: the tile kernels take dense weights, or blocked formats with dequantize_cols through panel tiles "
            "or their own direct tiles (32-column chunks), not ", f.name);
-  const int64_t N = w.rows, K = w.cols;
+  int64_t N = 0;  // all the targets' rows, one after another
+  for (const MatmulTarget& t : targets) {
+    M3_CHECK(t.w->format == &f && t.w->cols == K, "matmul: weights run together share a format and a width, got ",
+             t.w->format->name, " x ", t.w->cols, " with ", f.name, " x ", K);
+    N += t.w->rows;
+  }
   if (M <= 0 || N <= 0) return;
   const int64_t K32 = round_up(K, kBlock);
   const int64_t chunk = plan.m_chunk > 0 ? plan.m_chunk : M;
@@ -431,10 +444,17 @@ void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const fl
     if (mrows * K32 >= (1 << 16)) pool.parallel_for(mrows, pack, std::max<int64_t>(1, (1 << 15) / K32));
     else pack(0, mrows);
 
-    // Contiguous ranges of weight rows per thread, each worth at least ~2^17 multiply-adds.
+    // Contiguous ranges of weight rows per thread, each worth at least ~2^17 multiply-adds; a range
+    // that spans two weights runs its part of each.
     const int64_t grain = std::max<int64_t>(kern.nr_for_mr[mr], (int64_t(1) << 17) / std::max<int64_t>(mrows * K32, 1));
-    float* yc = y + c0 * N;
-    pool.parallel_for(N, [&](int64_t n0, int64_t n1) { run_range(kern, plan, xp, mrows, w, yc, n0, n1); }, grain);
+    pool.parallel_for(N, [&](int64_t n0, int64_t n1) {
+      int64_t first = 0;  // the first row of target t in [0, N)
+      for (const MatmulTarget& t : targets) {
+        const int64_t rows_t = t.w->rows, a = std::max(n0, first), b = std::min(n1, first + rows_t);
+        if (a < b) run_range(kern, plan, xp, mrows, *t.w, t.y + c0 * rows_t, a - first, b - first);
+        first += rows_t;
+      }
+    }, grain);
   }
 }
 
@@ -444,19 +464,21 @@ const TileKernels& generic_tile_kernels() { return kGeneric; }
 
 namespace {
 
-// The dense formats' kernel on every path: the tile kernels above with the default plan.
+// The dense formats' plan on every path: the tile kernels above with the default plan.
+matmul_detail::MatmulPlan dense_plan(CpuPath path, int64_t M, const LinearWeight& w) {
+  return matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
+}
+
 void dense_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
                   const LinearWeight& w, float* y) {
-  matmul_detail::matmul_run(path, matmul_detail::default_matmul_plan(path, M, w.rows, w.cols), pool, x, rows, M, w,
-                            y);
+  matmul_detail::matmul_run(path, dense_plan(path, M, w), pool, x, rows, M, w, y);
 }
 
 // Blocked formats (MXFP8, affine) on every path: their exact dequantization widens each chunk into
 // the fp32 panel, and the path's panel tiles do the arithmetic, in the F32 lane order; small
 // batches use the format's direct tiles instead, which widen in registers to the same values (the
 // result does not depend on M).
-void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
-                    const LinearWeight& w, float* y) {
+matmul_detail::MatmulPlan blocked_plan(CpuPath path, int64_t M, const LinearWeight& w) {
   matmul_detail::MatmulPlan plan = matmul_detail::default_matmul_plan(path, M, w.rows, w.cols);
   const CpuPath tiles = matmul_detail::tile_tables().path_of(path);
   if (w.format == &mxfp8_format()) {
@@ -470,7 +492,12 @@ void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_
   // the rest, and paths without them, the panel tiles. Both give the same bits.
   if (plan.blocked_tile == nullptr) plan.blocked = true;
   if (plan.blocked) plan.blocked_tile = nullptr;
-  matmul_detail::matmul_run(path, plan, pool, x, rows, M, w, y);
+  return plan;
+}
+
+void blocked_matmul(CpuPath path, ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
+                    const LinearWeight& w, float* y) {
+  matmul_detail::matmul_run(path, blocked_plan(path, M, w), pool, x, rows, M, w, y);
 }
 
 struct KernelEntry {
@@ -560,6 +587,23 @@ void matmul(ThreadPool& pool, const float* x, int64_t M, const LinearWeight& w, 
 void matmul_gather(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const LinearWeight& w,
                    float* y) {
   run_matmul(pool, x, rows, M, w, y);
+}
+
+void matmul_many(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
+                 std::span<const MatmulTarget> targets) {
+  if (targets.empty()) return;
+  const CpuPath path = cpu_active_path();
+  const LinearWeight& w0 = *targets[0].w;
+  const MatmulKernel k = find_matmul_kernel(*w0.format, path);
+  bool together = targets.size() > 1 && (k == &dense_matmul || k == &blocked_matmul);
+  for (const MatmulTarget& t : targets) together = together && t.w->format == w0.format && t.w->cols == w0.cols;
+  if (!together) {  // one at a time: a format's own kernel, or weights that cannot share x's packing
+    for (const MatmulTarget& t : targets) run_matmul(pool, x, rows, M, *t.w, t.y);
+    return;
+  }
+  // The plan depends on M and the format (N is not used), so one plan serves every target.
+  const matmul_detail::MatmulPlan plan = k == &dense_matmul ? dense_plan(path, M, w0) : blocked_plan(path, M, w0);
+  matmul_detail::matmul_run_many(path, plan, pool, x, rows, M, targets);
 }
 
 }  // namespace m3

@@ -3,6 +3,7 @@
 // The kernel is looked up by (W's format, the active CPU path): the dense formats' tile kernels are
 // built in; a weight format registers its kernels with register_matmul_kernel.
 #include <cstdint>
+#include <span>
 
 #include "base/cpu_features.h"
 #include "base/thread_pool.h"
@@ -21,6 +22,19 @@ void matmul(ThreadPool& pool, const float* x, int64_t M, const LinearWeight& w, 
 // Same, for a subset of rows of x: y[i] = x[rows[i]] · Wᵀ (MoE experts over the tokens routed to them).
 void matmul_gather(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M, const LinearWeight& w,
                    float* y);
+
+// One weight and its output, for matmul_many.
+struct MatmulTarget {
+  const LinearWeight* w;
+  float* y;
+};
+
+// Several weights against the same rows of x (rows == nullptr: rows 0..M-1): each y as matmul /
+// matmul_gather gives it, bit for bit. Weights of one built-in format and width (a layer's q, k
+// and v; an expert's gate and up) share one packing of x and one pass of the pool over all their
+// rows, where one call each packed x again and waited for the pool again.
+void matmul_many(ThreadPool& pool, const float* x, const int32_t* rows, int64_t M,
+                 std::span<const MatmulTarget> targets);
 
 // A format's matmul on one CPU path: y[i] = x[rows ? rows[i] : i] · Wᵀ for i < M. Every kernel
 // must give a row's result independently of M, of the other rows and of the thread count (the

@@ -21,12 +21,14 @@
 // Panel tiles stop after a chunk of blocks and resume from their saved lanes: blocking over K
 // changes nothing either.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "base/cpu_features.h"
 #include "m3/dtype.h"
 #include "base/thread_pool.h"
 #include "format/linear_weight.h"
+#include "kernels/matmul.h"
 
 namespace m3::matmul_detail {
 
@@ -164,5 +166,9 @@ MatmulPlan default_matmul_plan(CpuPath path, int64_t M, int64_t N, int64_t K);
 // The whole product on one path with one plan: y[i] = x[rows ? rows[i] : i] · Wᵀ.
 void matmul_run(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
                 int64_t M, const LinearWeight& w, float* y);
+// The same for several weights of one format and width against the same x: x is packed once and
+// the pool makes one pass over all their rows (each result as matmul_run gives it).
+void matmul_run_many(CpuPath path, const MatmulPlan& plan, ThreadPool& pool, const float* x, const int32_t* rows,
+                     int64_t M, std::span<const MatmulTarget> targets);
 
 }  // namespace m3::matmul_detail

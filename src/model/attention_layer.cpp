@@ -25,24 +25,19 @@ void attention_forward(const ForwardContext& ctx, int layer, const AttentionWeig
   const int64_t R = ctx.rows;
 
   using B = Workspace::Buffer;
-  // q (R, Hq·hd), k/v (R, Hkv·hd): one GEMM each over the rows of every sequence.
+  // q (R, Hq·hd), k/v (R, Hkv·hd), over the rows of every sequence.
   float* q = ctx.ws.get<float>(B::Q, size_t(R * Hq * hd));
   float* k = ctx.ws.get<float>(B::K, size_t(R * Hkv * hd));
   float* v = ctx.ws.get<float>(B::V, size_t(R * Hkv * hd));
-  matmul(ctx.pool, h, R, w.q, q);
-  matmul(ctx.pool, h, R, w.k, k);
-  matmul(ctx.pool, h, R, w.v, v);
+  // Index branch (MSA layers): iq (R, G·id) with G = Hkv index heads, ik (R, id).
+  float* iq = w.sparse ? ctx.ws.get<float>(B::IndexQ, size_t(R * Hkv * id)) : nullptr;
+  float* ik = w.sparse ? ctx.ws.get<float>(B::IndexK, size_t(R * id)) : nullptr;
+  // The five projections of h in one call: h is packed once for all of them.
+  const MatmulTarget projections[] = {{&w.q, q}, {&w.k, k}, {&w.v, v}, {&w.index_q, iq}, {&w.index_k, ik}};
+  matmul_many(ctx.pool, h, nullptr, R, std::span<const MatmulTarget>(projections, w.sparse ? 5 : 3));
   norm_and_rope(ctx, q, Hq, hd, w.q_norm_scale);
   norm_and_rope(ctx, k, Hkv, hd, w.k_norm_scale);
-
-  // Index branch (MSA layers): iq (R, G·id) with G = Hkv index heads, ik (R, id).
-  float* iq = nullptr;
-  float* ik = nullptr;
   if (w.sparse) {
-    iq = ctx.ws.get<float>(B::IndexQ, size_t(R * Hkv * id));
-    ik = ctx.ws.get<float>(B::IndexK, size_t(R * id));
-    matmul(ctx.pool, h, R, w.index_q, iq);
-    matmul(ctx.pool, h, R, w.index_k, ik);
     norm_and_rope(ctx, iq, Hkv, id, w.index_q_norm_scale);
     norm_and_rope(ctx, ik, 1, id, w.index_k_norm_scale);
   }

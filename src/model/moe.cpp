@@ -37,8 +37,8 @@ void expert_forward(const ForwardContext& ctx, const MlpWeights& w, const float*
   const int64_t width = w.gate.rows;
   float* gate = ctx.ws.get<float>(Workspace::Buffer::ExpertGate, size_t(m * width));
   float* up = ctx.ws.get<float>(Workspace::Buffer::ExpertUp, size_t(m * width));
-  matmul_gather(ctx.pool, x, rows, m, w.gate, gate);
-  matmul_gather(ctx.pool, x, rows, m, w.up, up);
+  const MatmulTarget gate_up[] = {{&w.gate, gate}, {&w.up, up}};  // the gathered rows packed once
+  matmul_many(ctx.pool, x, rows, m, gate_up);
   swigluoai(gate, up, m * width, float(ctx.cfg.swiglu_alpha), float(ctx.cfg.swiglu_limit), gate);
   matmul(ctx.pool, gate, m, w.down, out);
 }

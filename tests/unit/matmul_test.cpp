@@ -223,6 +223,67 @@ TEST(Matmul, GatherEqualsTheSameRowsComputedDirectly) {
     }
 }
 
+TEST(Matmul, SeveralWeightsAgainstOneXGiveEachWeightsOwnBits) {
+  // matmul_many packs x once and makes one pass of the pool over every weight's rows (a layer's q,
+  // k, v and index projections; an expert's gate and up): each output must be what its own call
+  // gives, bit for bit, on every path, plan, batch size (300: two chunks of 256 rows), with rows
+  // gathered or not, ranges of the pool spanning two weights.
+  std::mt19937 rng(15);
+  ThreadPool pool(3);
+  const int64_t K = 200;
+  const std::vector<int32_t> gather = {7, 0, 3, 3, 12, 1, 9};
+  for (CpuPath path : supported_paths())
+    for (DType t : kDtypes) {
+      std::vector<TestWeights> ws;
+      for (int64_t N : {37, 8, 20}) ws.emplace_back(rng, t, N, K);
+      for (int64_t M : {1, 5, 40, 300})
+        for (bool gathered : {false, true}) {
+          if (gathered && M > 13) continue;  // the gather list indexes rows 0..12
+          const int64_t rows_out = gathered ? int64_t(gather.size()) : M;
+          const int32_t* rows = gathered ? gather.data() : nullptr;
+          const auto x = random_vec(rng, size_t(std::max<int64_t>(M, 13) * K));
+          std::vector<MatmulPlan> ps = {matmul_detail::default_matmul_plan(path, rows_out, 1, K)};
+          if (M <= 40) for (const MatmulPlan& p : plans()) ps.push_back(p);
+          for (const MatmulPlan& p : ps) {
+            std::vector<std::vector<float>> ys;
+            std::vector<MatmulTarget> targets;
+            for (const TestWeights& tw : ws) ys.emplace_back(size_t(rows_out * tw.w.rows), std::nanf(""));
+            for (size_t i = 0; i < ws.size(); ++i) targets.push_back({&ws[i].w, ys[i].data()});
+            matmul_detail::matmul_run_many(path, p, pool, x.data(), rows, rows_out, targets);
+            for (size_t i = 0; i < ws.size(); ++i) {
+              const auto want = run(path, pool, x, rows_out, ws[i].w, &p, rows);
+              ASSERT_EQ(std::memcmp(ys[i].data(), want.data(), want.size() * sizeof(float)), 0)
+                  << label(path, t, rows_out, ws[i].w.rows, K) << " weight " << i << (gathered ? " gathered" : "");
+              // And every output written, near the float64 reference (the single call shares the code).
+              std::vector<float> xr(size_t(rows_out * K));
+              for (int64_t r = 0; r < rows_out; ++r)
+                std::memcpy(xr.data() + r * K, x.data() + (rows ? rows[r] : r) * K, size_t(K) * sizeof(float));
+              std::vector<float> ref(want.size());
+              matmul_ref(xr.data(), rows_out, ws[i].w, ref.data());
+              for (size_t j = 0; j < ref.size(); ++j)
+                ASSERT_NEAR(ys[i][j], ref[j], 1e-4) << label(path, t, rows_out, ws[i].w.rows, K) << " weight " << i;
+            }
+          }
+        }
+    }
+  // The public entry point on the active path: the same format together, mixed formats one by one.
+  TestWeights a(rng, DType::BF16, 30, K), b(rng, DType::BF16, 9, K), c(rng, DType::F32, 11, K);
+  const auto x = random_vec(rng, size_t(50 * K));
+  for (const std::vector<const TestWeights*>& set : {std::vector<const TestWeights*>{&a, &b},
+                                                      std::vector<const TestWeights*>{&a, &c, &b}}) {
+    std::vector<std::vector<float>> ys;
+    std::vector<MatmulTarget> targets;
+    for (const TestWeights* tw : set) ys.emplace_back(size_t(50 * tw->w.rows));
+    for (size_t i = 0; i < set.size(); ++i) targets.push_back({&set[i]->w, ys[i].data()});
+    matmul_many(pool, x.data(), nullptr, 50, targets);
+    for (size_t i = 0; i < set.size(); ++i) {
+      std::vector<float> want(size_t(50 * set[i]->w.rows));
+      matmul(pool, x.data(), 50, set[i]->w, want.data());
+      EXPECT_EQ(ys[i], want) << "weight " << i << " of " << set.size();
+    }
+  }
+}
+
 TEST(Matmul, NeverReadsPastARow) {
   // Row 1 is all infinities: if a row-0 tail read spilled into it, y[:, 0] would not be finite.
   ThreadPool pool(1);
