@@ -7,11 +7,14 @@
 
 namespace m3::matmul_detail {
 
+// s4 of one zmm: s8 = its halves added, s4 = s8's halves added.
+__attribute__((target("avx512f,avx512dq,avx2,fma"))) inline __m128 s4_of(__m512 v) {
+  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
+  return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+}
+
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) inline float reduce16(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm512_extractf32x8_ps(v, 1);
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s4 = s4_of(v);
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
   return _mm_cvtss_f32(s1);
@@ -32,11 +35,6 @@ __attribute__((target("avx2,fma"))) inline __m128 totals4(__m128 a, __m128 b, __
   const __m128 ab = _mm_add_ps(_mm_unpacklo_ps(a, b), _mm_unpackhi_ps(a, b));  // a0+a2, b0+b2, a1+a3, b1+b3
   const __m128 cd = _mm_add_ps(_mm_unpacklo_ps(c, d), _mm_unpackhi_ps(c, d));
   return _mm_add_ps(_mm_movelh_ps(ab, cd), _mm_movehl_ps(cd, ab));
-}
-
-__attribute__((target("avx512f,avx512dq,avx2,fma"))) inline __m128 s4_of(__m512 v) {
-  const __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-  return _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
 }
 
 __attribute__((target("avx512f,avx512dq,avx2,fma"))) inline __m128 reduce16x4(__m512 a, __m512 b, __m512 c,
