@@ -76,23 +76,31 @@ double BenchClock::now() const {
   return (double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec)) / threads;
 }
 
-double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const BenchClock& clock) {
-  const size_t n = bytes / sizeof(float);
-  std::unique_ptr<float[]> buf(new float[n]);
-  const size_t threads = size_t(pool.size());
-  auto lo = [&](int t) { return n * size_t(t) / threads; };
+ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes)
+    : pool_(pool), n_(bytes / sizeof(float)), buf_(new float[n_]) {
+  const size_t threads = size_t(pool_.size());
   // First touch from the thread that reads each share, so pages are placed the way they are read.
-  pool.on_each_thread([&](int t) { std::fill(buf.get() + lo(t), buf.get() + lo(t + 1), 1.0f); });
-  double best = 0.0;
+  pool_.on_each_thread([&](int t) {
+    std::fill(buf_.get() + n_ * size_t(t) / threads, buf_.get() + n_ * size_t(t + 1) / threads, 1.0f);
+  });
+}
+
+double ReadBandwidthProbe::measure(const BenchClock& clock) {
+  const size_t threads = size_t(pool_.size());
+  auto lo = [&](int t) { return n_ * size_t(t) / threads; };
+  std::vector<float> part(threads, 0.0f);
+  const double t0 = clock.now();
+  pool_.on_each_thread([&](int t) { part[size_t(t)] = active().sum_floats(buf_.get() + lo(t), lo(t + 1) - lo(t)); });
+  const double dt = clock.since(t0);
   volatile float sink = 0.0f;
-  for (int r = 0; r < reps; ++r) {
-    std::vector<float> part(threads, 0.0f);
-    const double t0 = clock.now();
-    pool.on_each_thread([&](int t) { part[size_t(t)] = active().sum_floats(buf.get() + lo(t), lo(t + 1) - lo(t)); });
-    const double dt = clock.since(t0);
-    for (float x : part) sink = sink + x;
-    best = std::max(best, double(bytes) / dt / 1e9);
-  }
+  for (float x : part) sink = sink + x;
+  return double(n_ * sizeof(float)) / dt / 1e9;
+}
+
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const BenchClock& clock) {
+  ReadBandwidthProbe probe(pool, bytes);
+  double best = 0.0;
+  for (int r = 0; r < reps; ++r) best = std::max(best, probe.measure(clock));
   return best;
 }
 

@@ -4,11 +4,28 @@
 // peak (a register-only FMA loop). Both use every thread of the pool. The one implementation behind
 // every `m3 bench` subcommand.
 #include <cstddef>
+#include <memory>
 
 #include "base/thread_pool.h"
 #include "m3/bench_clock.h"
 
 namespace m3 {
+
+// A buffer far larger than the caches, kept for repeated measurements of the read bandwidth: a
+// benchmark that runs for minutes on a machine whose bandwidth drifts (other tenants) measures it
+// beside each run it compares with it, not once at the start.
+class ReadBandwidthProbe {
+ public:
+  // `bytes` of floats, first touched by the thread of the pool that reads each share.
+  ReadBandwidthProbe(ThreadPool& pool, size_t bytes = size_t(1) << 30);
+  // GB/s (1e9 bytes/s) of one streaming pass over the buffer on every thread of the pool.
+  double measure(const BenchClock& clock = {});
+
+ private:
+  ThreadPool& pool_;
+  size_t n_;  // floats
+  std::unique_ptr<float[]> buf_;
+};
 
 // GB/s (1e9 bytes/s) reading `bytes` (default 1 GiB), best of `reps`.
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes = size_t(1) << 30, int reps = 3, const BenchClock& clock = {});

@@ -11,6 +11,11 @@
 // of B, ...), so that a machine whose speed drifts over minutes (other tenants, memory bandwidth
 // shared with them) slows every model alike and their ratios hold. Each row also gives its speed
 // as a multiple of the first model's at the same test and depth.
+//
+// A decode step reads the weights from memory, so its GB/s is compared with the read bandwidth;
+// that bandwidth drifts as much as the models' speed does (by 2x within minutes on a shared cloud
+// guest), so it is measured again beside every tg run (one pass before it and one after), and each
+// tg row is compared with the passes beside its own runs rather than with the figure of the start.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -26,6 +31,8 @@
 #include "io/model_config.h"
 #include "io/model_work.h"
 #include "io/safetensors.h"
+#include "base/machine_bounds.h"
+#include "base/thread_pool.h"
 #include "m3/batch.h"
 #include "m3/engine.h"
 #include "m3/prompt.h"
@@ -258,15 +265,26 @@ void register_bench(CLI::App& app) {
                  "tg = n decode steps at depth d",
                  {{"model", ""}, {"threads", ""}, {"cache", ""}, {"test", ""}, {"depth", ""}, {"tps", "t/s"}, {"tps_sd", "±"},
                   {"vs_first", "× first model"}, {"gflops", "GFLOP/s"}, {"fma_peak_pct", "% FMA peak"},
-                  {"gbs", "GB/s read"}, {"bandwidth_pct", "% bandwidth"}});
+                  {"gbs", "GB/s read"}, {"bandwidth_gbs", "bandwidth beside it"}, {"bandwidth_pct", "% bandwidth"}});
+    // The bandwidth measured beside each tg run (nothing with --skip-bounds).
+    std::unique_ptr<ThreadPool> probe_pool;
+    std::unique_ptr<ReadBandwidthProbe> probe;
+    if (!a->skip_bounds) {
+      probe_pool = std::make_unique<ThreadPool>(threads);
+      probe = std::make_unique<ReadBandwidthProbe>(*probe_pool, size_t(512) << 20);  // 16x a large L3
+    }
     // Rate of `work` done in `seconds`, and its share of the measured bound ("–" when not measured).
     // GB/s only for decode: a prefill chunk's rows share the keys they read, so its traffic is not
     // the sum of theirs (and it is bound by arithmetic, not by bytes).
-    auto rates = [&](const ForwardWork& work, double seconds, bool with_bytes) {
+    // bandwidth_gbs: the read bandwidth beside the (decode) runs, 0 if not measured.
+    auto rates = [&](const ForwardWork& work, double seconds, bool decode, double bandwidth_gbs) {
       const double gflops = work.flops() / seconds * 1e-9, gbs = work.bytes() / seconds * 1e-9;
       auto share = [](double x, double bound) { return bound > 0 ? Cell(100 * x / bound, "%.0f") : Cell("–"); };
-      std::vector<Cell> cells{Cell(gflops, "%.1f"), share(gflops, bounds.fma_peak_gflops), Cell("–"), Cell("–")};
-      if (with_bytes) cells[2] = Cell(gbs, "%.1f"), cells[3] = share(gbs, bounds.read_bandwidth_gbs);
+      std::vector<Cell> cells{Cell(gflops, "%.1f"), share(gflops, bounds.fma_peak_gflops), Cell("–"), Cell("–"), Cell("–")};
+      if (decode) {
+        cells[2] = Cell(gbs, "%.1f");
+        if (bandwidth_gbs > 0) cells[3] = Cell(bandwidth_gbs, "%.1f"), cells[4] = share(gbs, bandwidth_gbs);
+      }
       return cells;
     };
     for (size_t di = 0; di < depths.size(); ++di) {
@@ -280,11 +298,14 @@ void register_bench(CLI::App& app) {
         if (di == 0 && !a->no_warmup) models[i]->warm_up(d);  // later depths follow a fill or the runs before
       }
       // Repetitions alternate between the models; the times of each (pp, tg) per model.
-      std::vector<std::vector<double>> pp_s(models.size()), tg_s(models.size());
+      // With the bounds, each tg run between two passes of the bandwidth probe (tg_gbs: the passes).
+      std::vector<std::vector<double>> pp_s(models.size()), tg_s(models.size()), tg_gbs(models.size());
       for (int r = 0; r < a->reps; ++r)
         for (size_t i = 0; i < models.size(); ++i) {
           pp_s[i].push_back(models[i]->time_pp(d, clock));
+          if (probe) tg_gbs[i].push_back(probe->measure(clock));
           tg_s[i].push_back(models[i]->time_tg(d, clock));
+          if (probe) tg_gbs[i].push_back(probe->measure(clock));
         }
       double first_fill = 0, first_pp = 0, first_tg = 0;
       for (size_t i = 0; i < models.size(); ++i) {
@@ -292,25 +313,27 @@ void register_bench(CLI::App& app) {
         const Timing pp = summarize_times(pp_s[i]), tg = summarize_times(tg_s[i]);
         const double pp_tps = a->p / pp.mean, tg_tps = a->n / tg.mean;
         if (i == 0) first_pp = pp_tps, first_tg = tg_tps;
-        auto row = [&](const std::string& test, double tps, double first, const Timing& t, const ForwardWork& work, bool decode) {
+        auto row = [&](const std::string& test, double tps, double first, const Timing& t, const ForwardWork& work,
+                       bool decode, double bandwidth_gbs) {
           std::vector<Cell> cells{m.dir(), threads, a->cache_type, test, d, Cell(tps, "%.2f"),
                                   Cell(tps * t.stddev / t.mean, "%.2f"), Cell(tps / first, "%.2f")};
-          for (Cell& c : rates(work, t.mean, decode)) cells.push_back(std::move(c));
+          for (Cell& c : rates(work, t.mean, decode, bandwidth_gbs)) cells.push_back(std::move(c));
           report.row(std::move(cells));
         };
         if (const WholeModelBench::Fill& f = fills[i]; filled_on && f.tokens > 0) {
           const double fill_tps = double(f.tokens) / f.seconds;
           if (i == 0) first_fill = fill_tps;
-          row("fill" + std::to_string(f.tokens), fill_tps, first_fill, summarize_times({f.seconds}), f.work, false);
+          row("fill" + std::to_string(f.tokens), fill_tps, first_fill, summarize_times({f.seconds}), f.work, false, 0.0);
         }
-        row("pp" + std::to_string(a->p), pp_tps, first_pp, pp, m.pp_work(d), false);
-        row("tg" + std::to_string(a->n), tg_tps, first_tg, tg, m.tg_work(d), true);
+        row("pp" + std::to_string(a->p), pp_tps, first_pp, pp, m.pp_work(d), false, 0.0);
+        row("tg" + std::to_string(a->n), tg_tps, first_tg, tg, m.tg_work(d), true, tg_gbs[i].empty() ? 0.0 : summarize_times(tg_gbs[i]).mean);
       }
     }
     report.note("GFLOP/s and GB/s: the work the test does by the model's shapes (linears with the top-k experts, "
                 "attention over the keys each query sees, MSA index scores; weights in their stored formats, each "
-                "distinct expert once per step, and the cache each step reads), over its time. Against the FMA peak "
-                "and read bandwidth measured above: pp is bound by the first, tg by the second (GB/s for tg only).");
+                "distinct expert once per step, and the cache each step reads), over its time. pp is bound by the FMA "
+                "peak measured above; tg by the read bandwidth, measured again in one pass before and one after each "
+                "of its runs (bandwidth beside it: the mean of those passes; the machine's bandwidth drifts).");
     if (models.size() > 1)
       report.note("Several models: the repetitions alternated between them, so a drift of the machine's speed slows "
                   "each alike; × first model is the speed over the first model's at the same test and depth.");
