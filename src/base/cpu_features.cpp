@@ -1,7 +1,10 @@
 #include "base/cpu_features.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+
+#include <unistd.h>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <cpuid.h>
@@ -37,7 +40,11 @@ CpuFeatures detect() {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   f.avx512_bf16 = f.avx512 && __builtin_cpu_supports("avx512bf16");
   f.fast_subnormal_operands = amd_family() >= 0x1a || (amd_family() == 0x19 && f.avx512);
-#elif defined(__aarch64__)
+#endif
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+  f.l1d_bytes = int(std::max(0L, sysconf(_SC_LEVEL1_DCACHE_SIZE)));
+#endif
+#if defined(__aarch64__)
   f.neon = true;  // Advanced SIMD is part of the aarch64 baseline
 #if defined(__linux__)
   f.sve = (getauxval(AT_HWCAP) & HWCAP_SVE) != 0;

@@ -82,9 +82,7 @@ M3_AVX2 inline void add_block(const float* x, int64_t xs, const uint8_t* w, int6
   add_half<T, MR, NR, 1, 1>(x, xs, w, ws, acc);
 }
 
-// Direct tiles and widen_rows stream weights from memory: they ask for them this far ahead.
-constexpr int kPrefetchBytes = 1024;
-
+// Direct tiles stream weights from memory: they ask for them direct_tile_prefetch_bytes() ahead.
 template <DType T, int MR, int NR>
 M3_AVX2 void tile(const TileArgs& a) {
   using W = Widen<T>;
@@ -97,12 +95,13 @@ M3_AVX2 void tile(const TileArgs& a) {
       for (int h = 0; h < 2; ++h) acc[m][j][h] = _mm256_setzero_ps();
 
   const int64_t full = a.K / kBlock;
+  const int64_t ahead = direct_tile_prefetch_bytes();
   for (int64_t kb = 0; kb < full; ++kb) {
     const uint8_t* w = a.w + kb * W::kBlockBytes;
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j)
       for (int off = 0; off < W::kBlockBytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(w + j * a.w_stride + kPrefetchBytes + off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + j * a.w_stride + ahead + off), _MM_HINT_T0);
     add_block<T, MR, NR>(a.x + kb * a.x_block_stride, a.x_stride, w, a.w_stride, acc);
   }
   if (full * kBlock < a.K) {

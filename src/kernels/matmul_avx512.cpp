@@ -86,8 +86,9 @@ M3_AVX512 inline void add_block(const float* x, int64_t xs, const uint8_t* w, in
   }
 }
 
-// Direct tiles and widen_rows stream weights from memory: they ask for them this far ahead along
-// each row (measured on Zen 5: 1-2 KiB best, 512 B and 4 KiB clearly worse).
+// widen_rows streams weights from memory (prefill): it asks for them this far ahead along each row
+// (measured on Zen 5: 1-2 KiB best, 512 B and 4 KiB clearly worse). The direct tiles (decode) ask
+// direct_tile_prefetch_bytes() ahead, which depends on the L1 data cache.
 constexpr int kPrefetchBytes = 1024;
 
 template <DType T, int MR, int NR>
@@ -100,13 +101,14 @@ M3_AVX512 void tile(const TileArgs& a) {
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
 
   const int64_t full = a.K / kBlock;  // blocks that lie wholly inside a row
+  const int64_t ahead = direct_tile_prefetch_bytes();
   for (int64_t kb = 0; kb < full; ++kb) {
     const uint8_t* w = a.w + kb * W::kBlockBytes;
     // The weights come from memory: ask for them ahead, one stream per row.
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j)
       for (int off = 0; off < W::kBlockBytes; off += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(w + j * a.w_stride + kPrefetchBytes + off), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w + j * a.w_stride + ahead + off), _MM_HINT_T0);
     add_block<T, MR, NR>(a.x + kb * a.x_block_stride, a.x_stride, w, a.w_stride, acc);
   }
   if (full * kBlock < a.K) {

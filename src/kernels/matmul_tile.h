@@ -97,6 +97,10 @@ struct TileKernels {
                      int64_t kb1, float* panel);
 };
 
+// How far ahead along each weight row (bytes) the x86 direct tiles (decode) ask for the weights
+// they stream: a distance that suits the core's L1 data cache. Read once.
+int direct_tile_prefetch_bytes();
+
 // nullptr when the binary was built for a target without that path (non-x86). The AVX2 table
 // holds direct tiles only (no panel tiles, no widen_rows).
 const TileKernels* avx512_tile_kernels();

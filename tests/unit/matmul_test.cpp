@@ -111,6 +111,19 @@ TEST(Matmul, ReportsItsKernel) {
   std::printf("matmul kernels here: %s (best %s)\n", name.c_str(), cpu_path_name(cpu_best_path()));
 }
 
+// Decode's direct tiles ask for weights a distance ahead that suits the L1 data cache (1 KiB where
+// it holds 48 KiB or more, else 512 B): on x86 Linux the size must be found, not left unknown.
+TEST(Matmul, DecodePrefetchFollowsTheL1DataCache) {
+  const int l1d = cpu_features().l1d_bytes;
+#if defined(__x86_64__) && defined(__linux__)
+  EXPECT_GE(l1d, 16 << 10);
+  EXPECT_LE(l1d, 1 << 20);
+#endif
+  EXPECT_EQ(matmul_detail::direct_tile_prefetch_bytes(), l1d >= (48 << 10) ? 1024 : 512);
+  std::printf("L1 data cache here: %d KiB; direct tiles ask %d bytes ahead\n", l1d >> 10,
+              matmul_detail::direct_tile_prefetch_bytes());
+}
+
 TEST(Matmul, EveryPathMatchesTheReference) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
