@@ -376,8 +376,9 @@ void scalar_panel_fill(const LinearWeight& w, int64_t n, int64_t row_step, int r
 int direct_tile_prefetch_bytes() {
   // Measured on the two cores this project's machines have (docs/BENCHMARKS.md §0zc): on Zen 5
   // (48 KiB of L1D) 1-2 KiB ahead did best and 512 B clearly worse; on Zen 4 (32 KiB) 256-512 B
-  // did best, and 1 KiB cost bf16 decode 15-20%. A tile streams 4 rows past an x of up to 24 KiB
-  // that it reloads from L1; lines asked for too early in a small L1 are gone before they are read.
+  // did best, and 1 KiB cost bf16 decode 4-20% (MXFP8 and affine: the same on AVX-512, 512 B
+  // faster on AVX2). A tile streams 4 rows past an x of up to 24 KiB that it reloads from L1;
+  // lines asked for too early in a small L1 are gone before they are read.
   static const int bytes = cpu_features().l1d_bytes >= 48 * 1024 ? 1024 : 512;
   return bytes;
 }

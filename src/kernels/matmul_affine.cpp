@@ -30,7 +30,9 @@ namespace {
 // Bytes ahead in each row of codes, and in each row of scales and of biases (asked for once per
 // chunk of block factors). One-thread 4-bit decode streaming from DRAM on a Zen 5 guest, 512 bytes
 // and no side prefetch against these: 0.76-1.07 ms against 0.65-0.88 ms at 6144 x 3072, faster in
-// each of 4 alternated rounds (docs/BENCHMARKS.md §0o).
+// each of 4 alternated rounds (docs/BENCHMARKS.md §0o). The panel fills ask this far ahead; the
+// direct tiles (decode) direct_tile_prefetch_bytes(), which is this on Zen 5 and 512 where the L1D
+// is smaller.
 constexpr int kPrefetchAhead = 1024;
 constexpr int kSidePrefetchAhead = 128;
 constexpr int kMaxPanelRows = 16;    // more than any path's panel_nr
@@ -184,6 +186,7 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
   constexpr int kBlockBytes = kBlock * Bits / 8;
   constexpr int kLineBlocks = 64 / kBlockBytes;  // blocks per 64-byte line of codes
   const RowPointers r(w, n, row_step, NR);
+  const int64_t ahead = direct_tile_prefetch_bytes();
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
@@ -213,7 +216,7 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           const uint8_t* q = r.q[j] + kb * kBlockBytes;
-          if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+          if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + ahead), _MM_HINT_T0);
           __m512 w0, w1;
           if constexpr (Bits == 4) {
             const __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
@@ -256,6 +259,7 @@ M3_AVX2 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, const
   constexpr int kBlockBytes = kBlock * Bits / 8;
   constexpr int kLineBlocks = 64 / kBlockBytes;
   const RowPointers r(w, n, row_step, NR);
+  const int64_t ahead = direct_tile_prefetch_bytes();
   __m256 acc[MR][NR][2];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
@@ -277,7 +281,7 @@ M3_AVX2 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, const
 #pragma GCC unroll 8
         for (int j = 0; j < NR; ++j) {
           const uint8_t* q = r.q[j] + kb * kBlockBytes;
-          if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + kPrefetchAhead), _MM_HINT_T0);
+          if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + ahead), _MM_HINT_T0);
           const __m256 sv = _mm256_broadcast_ss(&scale[j][g]), bv = _mm256_broadcast_ss(&bias[j][g]);
           __m256i qi[4];
           block_ints256<Bits>(q, qi);

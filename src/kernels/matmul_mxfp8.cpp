@@ -41,7 +41,8 @@ namespace {
 // Bytes ahead in each row of E4M3 codes, and in each row of scale bytes (asked for once per chunk
 // of block factors). One-thread decode streaming from DRAM on a Zen 5 guest, 512 bytes and no scale
 // prefetch against these: 1.13-1.39 ms against 1.04-1.10 ms at 6144 x 3072, faster in each of 3
-// alternated rounds (docs/BENCHMARKS.md §0o).
+// alternated rounds (docs/BENCHMARKS.md §0o). The panel fills ask this far ahead; the direct tiles
+// (decode) direct_tile_prefetch_bytes(), which is this on Zen 5 and 512 where the L1D is smaller.
 constexpr int kPrefetchAhead = 1024;
 constexpr int kScalePrefetchAhead = 64;
 constexpr int kMaxPanelRows = 16;    // more than any path's panel_nr
@@ -286,6 +287,7 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
   __m256i doubled = _mm256_setzero_si256();  // the largest code byte doubled
   const int64_t KB = a.K / kBlock;
+  const int64_t ahead = direct_tile_prefetch_bytes();
   alignas(64) float factor[NR][kChunkBlocks];
   // Block kb (the i-th of its chunk) of every row; `line` where it starts a 64-byte line of codes.
   auto block = [&](int64_t kb, int i, bool line) M3_AVX512 {
@@ -294,7 +296,7 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       const uint8_t* c = q[j] + kb * kBlock;
-      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + kPrefetchAhead), _MM_HINT_T0);
+      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + ahead), _MM_HINT_T0);
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
       doubled = _mm256_max_epu8(doubled, _mm256_add_epi8(raw, raw));
       __m512 w0, w1;
@@ -392,13 +394,14 @@ M3_AVX2 bool direct256_pass(const LinearWeight& w, int64_t n, int64_t row_step, 
     for (int j = 0; j < NR; ++j) acc[m][j][0] = acc[m][j][1] = _mm256_setzero_ps();
   __m256i doubled = _mm256_setzero_si256();  // the largest code byte doubled, as in direct512_pass
   const int64_t KB = a.K / kBlock;
+  const int64_t ahead = direct_tile_prefetch_bytes();
   alignas(32) float factor[NR][kChunkBlocks];
   auto block = [&](int64_t kb, int i, bool line) M3_AVX2 {
     const float* x = a.x + kb * a.x_block_stride;
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       const uint8_t* c = q[j] + kb * kBlock;
-      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + kPrefetchAhead), _MM_HINT_T0);
+      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + ahead), _MM_HINT_T0);
       const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
       doubled = _mm256_max_epu8(doubled, _mm256_add_epi8(raw, raw));
       __m256 v[4];
