@@ -14,8 +14,10 @@
 //
 // A decode step reads the weights from memory, so its GB/s is compared with the read bandwidth;
 // that bandwidth drifts as much as the models' speed does (by 2x within minutes on a shared cloud
-// guest), so it is measured again beside every tg run (one pass before it and one after), and each
-// tg row is compared with the passes beside its own runs rather than with the figure of the start.
+// guest), so it is measured again beside every tg run (the best of three passes before it and of
+// three after), and each tg row is compared with the readings beside its own runs rather than with
+// the figure of the start.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -298,14 +300,20 @@ void register_bench(CLI::App& app) {
         if (di == 0 && !a->no_warmup) models[i]->warm_up(d);  // later depths follow a fill or the runs before
       }
       // Repetitions alternate between the models; the times of each (pp, tg) per model.
-      // With the bounds, each tg run between two passes of the bandwidth probe (tg_gbs: the passes).
+      // With the bounds, each tg run between two readings of the bandwidth, each the best of three
+      // passes of the probe, as the bound of the start is (tg_gbs: the readings).
+      auto bandwidth_now = [&] {
+        double best = 0;
+        for (int pass = 0; pass < 3; ++pass) best = std::max(best, probe->measure(clock));
+        return best;
+      };
       std::vector<std::vector<double>> pp_s(models.size()), tg_s(models.size()), tg_gbs(models.size());
       for (int r = 0; r < a->reps; ++r)
         for (size_t i = 0; i < models.size(); ++i) {
           pp_s[i].push_back(models[i]->time_pp(d, clock));
-          if (probe) tg_gbs[i].push_back(probe->measure(clock));
+          if (probe) tg_gbs[i].push_back(bandwidth_now());
           tg_s[i].push_back(models[i]->time_tg(d, clock));
-          if (probe) tg_gbs[i].push_back(probe->measure(clock));
+          if (probe) tg_gbs[i].push_back(bandwidth_now());
         }
       double first_fill = 0, first_pp = 0, first_tg = 0;
       for (size_t i = 0; i < models.size(); ++i) {
@@ -332,8 +340,9 @@ void register_bench(CLI::App& app) {
     report.note("GFLOP/s and GB/s: the work the test does by the model's shapes (linears with the top-k experts, "
                 "attention over the keys each query sees, MSA index scores; weights in their stored formats, each "
                 "distinct expert once per step, and the cache each step reads), over its time. pp is bound by the FMA "
-                "peak measured above; tg by the read bandwidth, measured again in one pass before and one after each "
-                "of its runs (bandwidth beside it: the mean of those passes; the machine's bandwidth drifts).");
+                "peak measured above; tg by the read bandwidth, measured again just before and just after each of its "
+                "runs (bandwidth beside it: the mean of those readings, each the best of 3 passes; the machine's "
+                "bandwidth drifts).");
     if (models.size() > 1)
       report.note("Several models: the repetitions alternated between them, so a drift of the machine's speed slows "
                   "each alike; × first model is the speed over the first model's at the same test and depth.");
