@@ -52,7 +52,8 @@ FRONT_ENDS = {"server": set(), "m3": {"server"}}
 BELOW_THE_API = {
     "tools/m3/bench_report.cpp": "names the CPU paths the attention and matmul kernels run on, in every bench report",
     "tools/m3/cmd_bench.cpp": "counts each test's work from the config and the stored formats (io/model_work.h), "
-                              "to read the whole model's speed against the machine's bounds",
+                              "to read the whole model's speed against the machine's bounds, and reads the "
+                              "bandwidth again beside each decode run (base/machine_bounds.h)",
     "tools/m3/cmd_bench_attention.cpp": "times the attention kernels themselves against the machine's bounds",
     "tools/m3/bench_attention_kernels.cpp": "times each CPU path's attention kernel table alone (--kernels)",
     "tools/m3/cmd_bench_matmul.cpp": "times the matmul kernels themselves against the machine's bounds",

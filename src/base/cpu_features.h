@@ -22,8 +22,8 @@ struct CpuFeatures {
   // §0w). Older AMD cores (Zen 3 is family 19h without AVX-512) are not measured, so false.
   bool fast_subnormal_operands = false;
   bool neon = false;         // Advanced SIMD with fp32 FMA (every aarch64 CPU)
-  int l1d_bytes = 0;         // one core's L1 data cache (sysconf), 0 where the system does not say
   bool sve = false;          // the Scalable Vector Extension
+  int l1d_bytes = 0;         // one core's L1 data cache (sysconf), 0 where the system does not say
 };
 
 // Detected once, on first use.
