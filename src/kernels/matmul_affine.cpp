@@ -90,6 +90,16 @@ M3_AVX2 inline void block_ints256(const uint8_t* p, __m256i (&v)[4]) {
   }
 }
 
+// A 4-bit group's table: scale x q + bias for q = 0..15, from the fp32 scale and bias at s and b.
+// A multiply and an add that broadcast their operands themselves (blocked::mul_broadcast512),
+// where a multiply-add needs one of them broadcast into a register first, on the shuffle unit
+// that the lookups keep busy (docs/BENCHMARKS.md §0zd). scale x q is exact, so the add rounds
+// once, as the multiply-add did: the same table.
+M3_AVX512 inline __m512 table512(const float* s, const float* b) {
+  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  return blocked::add_broadcast512(blocked::mul_broadcast512(iota, s), b);
+}
+
 // The affine formats for the shared blocked loops of matmul_blocked_tile.h: the panel fills of both
 // paths. The direct tiles are their own (direct512 and direct256, below).
 template <int Bits>
@@ -127,17 +137,20 @@ struct AffinePolicy {
   // A group's scale and bias; for 4-bit, `table` holds the 16 values a weight can take, scale x q
   // + bias for q = 0..15, which one permutation per pass looks up: it reads only the low 4 bits of
   // each index lane, so the low nibbles need no mask, and the conversion and dequantizing
-  // multiply-add per value become one multiply-add per group and row (docs/BENCHMARKS.md §0i).
+  // multiply-add per value become one table per group and row (docs/BENCHMARKS.md §0i).
   struct Group512 {
-    __m512 scale, bias, table;
+    __m512 scale, table;
+    const float* bias;  // 8-bit: broadcast by the multiply-adds (blocked::fmadd_broadcast512)
   };
   M3_AVX512 static Group512 group512(const Rows& r, const blocked::BlockParams& p, int64_t kb, int i) {
     const int g = group_in_chunk(r, kb, kb - i);  // a panel's chunk may start inside a group
     Group512 v;
-    v.scale = _mm512_set1_ps(p.a[g]);
-    v.bias = _mm512_set1_ps(p.b[g]);
-    if constexpr (Bits == 4)
-      v.table = _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), v.scale, v.bias);
+    if constexpr (Bits == 4) {
+      v.table = table512(&p.a[g], &p.b[g]);
+    } else {
+      v.scale = _mm512_set1_ps(p.a[g]);
+      v.bias = &p.b[g];
+    }
     return v;
   }
   M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams&, const Group512& g, int,
@@ -150,8 +163,8 @@ struct AffinePolicy {
     } else {
       __m512i q0, q1;
       bytes_to_ints512(q, q0, q1);
-      w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), g.scale, g.bias);
-      w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), g.scale, g.bias);
+      w0 = blocked::fmadd_broadcast512(_mm512_cvtepi32_ps(q0), g.scale, g.bias);
+      w1 = blocked::fmadd_broadcast512(_mm512_cvtepi32_ps(q1), g.scale, g.bias);
     }
   }
   M3_AVX2 static void widen256(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, int i,
@@ -190,7 +203,6 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
-  const __m512 iota = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
   const int64_t groups = a.K / (kBlock * GB);
   alignas(64) float scale[NR][kChunkGroups], bias[NR][kChunkGroups];
   for (int64_t g0 = 0; g0 < groups; g0 += kChunkGroups) {
@@ -202,11 +214,13 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
       side_to_f32(r.biases[j] + g0, ng, bias[j]);
     }
     for (int g = 0; g < ng; ++g) {
-      __m512 s[NR], b[NR];  // 4-bit: s holds the group's table (scale x q + bias, q = 0..15)
+      __m512 s[NR];  // 4-bit: the group's table (scale x q + bias, q = 0..15); 8-bit: its scale
       for (int j = 0; j < NR; ++j) {
-        s[j] = _mm512_set1_ps(scale[j][g]);
-        b[j] = _mm512_set1_ps(bias[j][g]);
-        if constexpr (Bits == 4) s[j] = _mm512_fmadd_ps(iota, s[j], b[j]);
+        if constexpr (Bits == 4) {
+          s[j] = table512(&scale[j][g], &bias[j][g]);
+        } else {  // the bias is broadcast by the multiply-adds (blocked::fmadd_broadcast512)
+          s[j] = _mm512_set1_ps(scale[j][g]);
+        }
       }
 #pragma GCC unroll 4
       for (int i = 0; i < GB; ++i) {
@@ -225,8 +239,8 @@ M3_AVX512 void direct512(const LinearWeight& w, int64_t n, int64_t row_step, con
           } else {
             __m512i q0, q1;
             bytes_to_ints512(q, q0, q1);
-            w0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q0), s[j], b[j]);
-            w1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q1), s[j], b[j]);
+            w0 = blocked::fmadd_broadcast512(_mm512_cvtepi32_ps(q0), s[j], &bias[j][g]);
+            w1 = blocked::fmadd_broadcast512(_mm512_cvtepi32_ps(q1), s[j], &bias[j][g]);
           }
 #pragma GCC unroll 4
           for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));

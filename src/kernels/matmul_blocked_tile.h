@@ -56,6 +56,27 @@ struct BlockParams {
 };
 
 // Block kb of the tile's MR rows of x: lanes 0-15 (pass 0) and 16-31 (pass 1) of each row.
+// v times, or plus, the fp32 at f, which the instruction broadcasts itself (an embedded
+// broadcast). Written out because the compiler broadcasts a value used more than once into a
+// register first, and on Zen 4 that broadcast runs on the shuffle unit that the widenings keep busy
+// (vpmovzx, vpermps): MXFP8's decode tile took 7.4 against 6.4 cycles per block and row with it
+// (docs/BENCHMARKS.md §0zd). The same operation, so the same bits.
+M3_BLOCKED_AVX512 inline __m512 mul_broadcast512(__m512 v, const float* f) {
+  __m512 r;
+  asm("vmulps %2%{1to16%}, %1, %0" : "=v"(r) : "v"(v), "m"(*f));
+  return r;
+}
+M3_BLOCKED_AVX512 inline __m512 add_broadcast512(__m512 v, const float* f) {
+  __m512 r;
+  asm("vaddps %2%{1to16%}, %1, %0" : "=v"(r) : "v"(v), "m"(*f));
+  return r;
+}
+// a x b + the fp32 at f, broadcast by the multiply-add itself.
+M3_BLOCKED_AVX512 inline __m512 fmadd_broadcast512(__m512 a, __m512 b, const float* f) {
+  asm("vfmadd213ps %2%{1to16%}, %1, %0" : "+v"(a) : "v"(b), "m"(*f));
+  return a;
+}
+
 template <int MR>
 M3_BLOCKED_AVX512 inline void load_x512(const TileArgs& a, int64_t kb, __m512 (&x0)[MR], __m512 (&x1)[MR]) {
   const float* x = a.x + kb * a.x_block_stride;

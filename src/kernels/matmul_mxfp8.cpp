@@ -163,16 +163,13 @@ struct Mxfp8Policy {
       p.rare |= bs.second != 1.0f;
     }
   }
-  // Every block has its own scale: a group is one block, its first factor broadcast.
+  // Every block has its own scale: a group is one block, whose first factor each multiply
+  // broadcasts itself (blocked::mul_broadcast512).
   static int blocks_per_group_log2(const Rows&) { return 0; }
-  struct Group512 {
-    __m512 first;
-  };
-  M3_AVX512 static Group512 group512(const Rows&, const blocked::BlockParams& p, int64_t, int i) {
-    return {_mm512_set1_ps(p.a[i])};
-  }
+  struct Group512 {};
+  static Group512 group512(const Rows&, const blocked::BlockParams&, int64_t, int) { return {}; }
   // A block holding a NaN code takes the tables.
-  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, const Group512& g,
+  M3_AVX512 static void widen512(const Rows& r, int j, int64_t kb, const blocked::BlockParams& p, const Group512&,
                                  int i, __m512& w0, __m512& w1) {
     const uint8_t* q = r.q[j] + kb * kBlock;
     if (has_nan_code(q)) {
@@ -183,8 +180,8 @@ struct Mxfp8Policy {
       return;
     }
     e4m3x32(q, w0, w1);
-    w0 = _mm512_mul_ps(w0, g.first);
-    w1 = _mm512_mul_ps(w1, g.first);
+    w0 = blocked::mul_broadcast512(w0, &p.a[i]);
+    w1 = blocked::mul_broadcast512(w1, &p.a[i]);
     if (p.rare && p.b[i] != 1.0f) {
       w0 = _mm512_mul_ps(w0, _mm512_set1_ps(p.b[i]));
       w1 = _mm512_mul_ps(w1, _mm512_set1_ps(p.b[i]));
@@ -301,9 +298,8 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
       doubled = _mm256_max_epu8(doubled, _mm256_add_epi8(raw, raw));
       __m512 w0, w1;
       widen_block<W>(c, w0, w1);
-      const __m512 f = _mm512_set1_ps(factor[j][i]);
-      w0 = _mm512_mul_ps(w0, f);
-      w1 = _mm512_mul_ps(w1, f);
+      w0 = blocked::mul_broadcast512(w0, &factor[j][i]);
+      w1 = blocked::mul_broadcast512(w1, &factor[j][i]);
 #pragma GCC unroll 4
       for (int m = 0; m < MR; ++m) acc[m][j] = _mm512_fmadd_ps(x1[m], w1, _mm512_fmadd_ps(x0[m], w0, acc[m][j]));
     }
