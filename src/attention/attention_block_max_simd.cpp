@@ -129,11 +129,10 @@ HWY_NOINLINE void LaneTile(const float* qT, int dim, const float* kf, int kstrid
   M3_ACC16(M3_ZERO)
   // Accumulator k for query vector k / Kt and key k % Kt.
 #define M3_LANE_FMA(k) \
-  if constexpr (k < Qv * Kt && k % Kt == j) acc##k = hn::MulAdd(Pick<k / Kt>(q0, q1, q2, q3), key, acc##k);
+  if constexpr (k < Qv * Kt && k % Kt == j) acc##k = MulAddBroadcast(Pick<k / Kt>(q0, q1, q2, q3), kd + j, acc##k);
 #define M3_LANE_KEY(j_)                                            \
   if constexpr (j_ < Kt) {                                         \
     constexpr int j = j_;                                          \
-    const VF key = hn::Set(df, kd[j]);                             \
     M3_ACC16(M3_LANE_FMA)                                          \
   }
   for (int d = 0; d < dim; ++d) {

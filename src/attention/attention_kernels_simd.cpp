@@ -290,7 +290,7 @@ HWY_NOINLINE void PvTile(DF df, const float* P, int ld, int n_keys, const ValueP
     const VF v2 = V > 2 ? load(vt, 2) : v0;
     const VF v3 = V > 3 ? load(vt, 3) : v0;
 #define M3_PV_FMA(k) \
-  if constexpr (k < H * V) acc##k = hn::MulAdd(hn::Set(df, P[int64_t(k / V) * ld + t]), Pick<k % V>(v0, v1, v2, v3), acc##k);
+  if constexpr (k < H * V) acc##k = MulAddBroadcast(Pick<k % V>(v0, v1, v2, v3), P + int64_t(k / V) * ld + t, acc##k);
     M3_ACC16(M3_PV_FMA)
 #undef M3_PV_FMA
   };

@@ -68,7 +68,7 @@ HWY_NOINLINE void QkTile(const float* q, int dim, const KeyVectors<T>& kv, int k
   M3_ACC16(M3_ZERO)
 #define M3_QK_FMA(k)                                                                        \
   if constexpr (k < Q * V)                                                                  \
-    acc##k = hn::MulAdd(hn::Set(df, q[int64_t(k / V) * dim + d]), Pick<k % V>(k0, k1, k2, k3), acc##k);
+    acc##k = MulAddBroadcast(Pick<k % V>(k0, k1, k2, k3), q + int64_t(k / V) * dim + d, acc##k);
   const int masked_rows = kTail && !kv.last_row_whole ? dim - 1 : dim;
   int d = 0;
   const T* const p0 = kv.at[0];

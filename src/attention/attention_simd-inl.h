@@ -63,6 +63,20 @@ constexpr int kQkAcc = 16;
 constexpr int Min(int a, int b) { return a < b ? a : b; }
 HWY_INLINE float MaxF(float a, float b) { return a > b ? a : b; }
 
+// acc + v · x, x the fp32 at p in every lane. On AVX-512 the multiply-add broadcasts x itself (an
+// embedded broadcast): a broadcast of its own runs on Zen 4's shuffle unit, which the bf16
+// widening (vpmovzxwd) needs too, and a q·k tile's 4 broadcasts and 4 widenings per dimension
+// beside its 16 multiply-adds kept that unit as busy as the FMA units (docs/BENCHMARKS.md §0zd).
+// The same operation, so the same bits. Elsewhere the compiler broadcasts x once for every use.
+HWY_INLINE VF MulAddBroadcast(VF v, const float* p, VF acc) {
+#if HWY_TARGET == HWY_AVX3
+  asm("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc.raw) : "v"(v.raw), "m"(*p));
+  return acc;
+#else
+  return hn::MulAdd(hn::Set(DF(), *p), v, acc);
+#endif
+}
+
 // N K/V elements as fp32: fp32 as is, bf16 widened exactly (its bits become the high half).
 HWY_INLINE VF LoadWide(DF df, const float* p) { return hn::LoadU(df, p); }
 HWY_INLINE VF LoadWide(DF df, const uint16_t* p) {
