@@ -266,8 +266,10 @@ M3_AVX2 inline void side_to_f32_256(const uint16_t* src, int n, float* dst) {
 }
 
 // The AVX2 direct tiles, the same loop as direct512: AffinePolicy's widen256 and tile256_checked's
-// multiply-adds in the same order, so the same bits. The scale and bias are broadcast from memory
-// per block and row, as 16 registers hold no more than the tile's lanes and x.
+// multiply-adds in the same order, so the same bits. A group's blocks run row by row, so that its
+// scale and bias are broadcast once per group and row (16 registers cannot hold every row's): a
+// broadcast takes the shuffle unit that the widening needs too (4-bit decode 1.79 -> 1.71 ns per
+// 32 weights on Zen 4, docs/BENCHMARKS.md §0zd).
 template <int Bits, int MR, int NR, int GB>
 M3_AVX2 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, const TileArgs& a) {
   constexpr int kBlockBytes = kBlock * Bits / 8;
@@ -288,15 +290,15 @@ M3_AVX2 void direct256(const LinearWeight& w, int64_t n, int64_t row_step, const
       side_to_f32_256(r.biases[j] + g0, ng, bias[j]);
     }
     for (int g = 0; g < ng; ++g) {
-#pragma GCC unroll 4
-      for (int i = 0; i < GB; ++i) {
-        const int64_t kb = (g0 + g) * GB + i;
-        const float* x = a.x + kb * a.x_block_stride;
 #pragma GCC unroll 8
-        for (int j = 0; j < NR; ++j) {
+      for (int j = 0; j < NR; ++j) {
+        const __m256 sv = _mm256_broadcast_ss(&scale[j][g]), bv = _mm256_broadcast_ss(&bias[j][g]);
+#pragma GCC unroll 4
+        for (int i = 0; i < GB; ++i) {
+          const int64_t kb = (g0 + g) * GB + i;
+          const float* x = a.x + kb * a.x_block_stride;
           const uint8_t* q = r.q[j] + kb * kBlockBytes;
           if ((kb & (kLineBlocks - 1)) == 0) _mm_prefetch(reinterpret_cast<const char*>(q + ahead), _MM_HINT_T0);
-          const __m256 sv = _mm256_broadcast_ss(&scale[j][g]), bv = _mm256_broadcast_ss(&bias[j][g]);
           __m256i qi[4];
           block_ints256<Bits>(q, qi);
           __m256 v[4];
