@@ -55,7 +55,6 @@ struct BlockParams {
   bool rare = false;  // a block needs the format's rare-case arithmetic (MXFP8: a scale past 2^119)
 };
 
-// Block kb of the tile's MR rows of x: lanes 0-15 (pass 0) and 16-31 (pass 1) of each row.
 // v times, or plus, the fp32 at f, which the instruction broadcasts itself (an embedded
 // broadcast). Written out because the compiler broadcasts a value used more than once into a
 // register first, and on Zen 4 that broadcast runs on the shuffle unit that the widenings keep busy
@@ -77,6 +76,7 @@ M3_BLOCKED_AVX512 inline __m512 fmadd_broadcast512(__m512 a, __m512 b, const flo
   return a;
 }
 
+// Block kb of the tile's MR rows of x: lanes 0-15 (pass 0) and 16-31 (pass 1) of each row.
 template <int MR>
 M3_BLOCKED_AVX512 inline void load_x512(const TileArgs& a, int64_t kb, __m512 (&x0)[MR], __m512 (&x1)[MR]) {
   const float* x = a.x + kb * a.x_block_stride;
