@@ -28,9 +28,13 @@ inline float sum_floats_plain(const float* p, size_t n) {
   return r;
 }
 float sum_floats_generic(const float* p, size_t n) { return sum_floats_plain(p, n); }
+float sum_float_streams_generic(const float* p, size_t n) { return sum_float_streams_plain(p, n); }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 __attribute__((target("avx2"))) float sum_floats_avx2(const float* p, size_t n) { return sum_floats_plain(p, n); }
+__attribute__((target("avx2"))) float sum_float_streams_avx2(const float* p, size_t n) {
+  return sum_float_streams_plain(p, n);
+}
 
 // The AVX2 machine has FMA: use it (plain C++ builds with -ffp-contract=off never fuse a*b+c).
 __attribute__((target("avx2,fma")))
@@ -44,7 +48,7 @@ float fma_loop_avx2(int64_t iters) {
   return s;
 }
 
-constexpr BoundKernels kAvx2{"avx2", &fma_loop_avx2, 96.0 * 2, &sum_floats_avx2};
+constexpr BoundKernels kAvx2{"avx2", &fma_loop_avx2, 96.0 * 2, &sum_floats_avx2, &sum_float_streams_avx2};
 constexpr const BoundKernels* kAvx2Table = &kAvx2;
 #else
 constexpr const BoundKernels* kAvx2Table = nullptr;
@@ -60,14 +64,19 @@ float fma_loop_generic(int64_t iters) {
   return s;
 }
 
-constexpr BoundKernels kGeneric{"generic", &fma_loop_generic, 96.0 * 2, &sum_floats_generic};
+constexpr BoundKernels kGeneric{"generic", &fma_loop_generic, 96.0 * 2, &sum_floats_generic,
+                                 &sum_float_streams_generic};
 
-const BoundKernels& active() {
+const PathTables<BoundKernels>& bound_tables() {
   static const PathTables<BoundKernels> tables{&kGeneric, kAvx2Table, avx512_bound_kernels()};
-  return tables.active();
+  return tables;
 }
 
+const BoundKernels& active() { return bound_tables().active(); }
+
 }  // namespace
+
+const BoundKernels& bound_kernels_at(CpuPath path) { return bound_tables().at(path); }
 
 double BenchClock::now() const {
   if (!cpu) return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -85,23 +94,39 @@ ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes)
   });
 }
 
-double ReadBandwidthProbe::measure(const BenchClock& clock) {
+ReadBandwidth ReadBandwidthProbe::measure_each(const BenchClock& clock) {
   const size_t threads = size_t(pool_.size());
   auto lo = [&](int t) { return n_ * size_t(t) / threads; };
-  std::vector<float> part(threads, 0.0f);
-  const double t0 = clock.now();
-  pool_.on_each_thread([&](int t) { part[size_t(t)] = active().sum_floats(buf_.get() + lo(t), lo(t + 1) - lo(t)); });
-  const double dt = clock.since(t0);
-  volatile float sink = 0.0f;
-  for (float x : part) sink = sink + x;
-  return double(n_ * sizeof(float)) / dt / 1e9;
+  auto pass = [&](float (*sum)(const float*, size_t)) {
+    std::vector<float> part(threads, 0.0f);
+    const double t0 = clock.now();
+    pool_.on_each_thread([&](int t) { part[size_t(t)] = sum(buf_.get() + lo(t), lo(t + 1) - lo(t)); });
+    const double dt = clock.since(t0);
+    volatile float sink = 0.0f;
+    for (float x : part) sink = sink + x;
+    return double(n_ * sizeof(float)) / dt / 1e9;
+  };
+  ReadBandwidth r;
+  r.one_stream = pass(active().sum_floats);
+  r.streams = pass(active().sum_float_streams);
+  return r;
+}
+
+double ReadBandwidthProbe::measure(const BenchClock& clock) { return measure_each(clock).best(); }
+
+ReadBandwidth measure_read_patterns(ThreadPool& pool, size_t bytes, int reps, const BenchClock& clock) {
+  ReadBandwidthProbe probe(pool, bytes);
+  ReadBandwidth best;
+  for (int r = 0; r < reps; ++r) {
+    const ReadBandwidth each = probe.measure_each(clock);
+    best.one_stream = std::max(best.one_stream, each.one_stream);
+    best.streams = std::max(best.streams, each.streams);
+  }
+  return best;
 }
 
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int reps, const BenchClock& clock) {
-  ReadBandwidthProbe probe(pool, bytes);
-  double best = 0.0;
-  for (int r = 0; r < reps; ++r) best = std::max(best, probe.measure(clock));
-  return best;
+  return measure_read_patterns(pool, bytes, reps, clock).best();
 }
 
 double measure_fma_peak(ThreadPool& pool, int reps, const BenchClock& clock) {

@@ -41,7 +41,24 @@ float sum_floats(const float* p, size_t n) {
   return r;
 }
 
-constexpr BoundKernels kAvx512{"avx512", &fma_loop, 12.0 * 16 * 2, &sum_floats};
+float sum_float_streams(const float* p, size_t n) {
+  const size_t each = n / kReadStreams / 16 * 16;
+  __m512 s[kReadStreams];
+  for (int k = 0; k < kReadStreams; ++k) s[k] = _mm512_setzero_ps();
+  for (size_t i = 0; i < each; i += 16)
+    for (int k = 0; k < kReadStreams; ++k) {
+      const float* q = p + size_t(k) * each + i;
+      _mm_prefetch(reinterpret_cast<const char*>(q) + kStreamPrefetchBytes, _MM_HINT_T0);
+      s[k] = _mm512_add_ps(s[k], _mm512_loadu_ps(q));
+    }
+  __m512 t = s[0];
+  for (int k = 1; k < kReadStreams; ++k) t = _mm512_add_ps(t, s[k]);
+  float r = _mm512_reduce_add_ps(t);
+  for (size_t i = each * kReadStreams; i < n; ++i) r += p[i];
+  return r;
+}
+
+constexpr BoundKernels kAvx512{"avx512", &fma_loop, 12.0 * 16 * 2, &sum_floats, &sum_float_streams};
 
 }  // namespace
 

@@ -204,10 +204,16 @@ void run_bench(const MatmulBenchOptions& o) {
   // of 9 is settled, and a kernel timed cache-resident wants thousands of repetitions, which the
   // bounds (tens of ms each) must not take.
   const int bound_reps = std::min(reps, 9);
-  const double bw = o.skip_bounds ? 0.0 : 1e9 * measure_read_bandwidth(pool, size_t(o.bandwidth_mib) << 20, bound_reps, clock);
+  const ReadBandwidth reads =
+      o.skip_bounds ? ReadBandwidth{} : measure_read_patterns(pool, size_t(o.bandwidth_mib) << 20, bound_reps, clock);
+  const double bw = 1e9 * reads.best();
   const double peak = o.skip_bounds ? 0.0 : 1e9 * measure_fma_peak(pool, bound_reps, clock);
   BenchReport report(report_format_of(o.output));
   report.machine_facts(pool.size(), {bw / 1e9, peak / 1e9});
+  if (!o.skip_bounds) {  // the bound is the faster of the two read patterns (base/machine_bounds.h)
+    report.fact("read_one_stream_gbs", reads.one_stream);
+    report.fact("read_four_streams_gbs", reads.streams);
+  }
   report.fact("weights", o.weights);
   const WeightFormat* format = o.weights == "affine4"   ? affine_format(4, 64)
                                : o.weights == "affine8" ? affine_format(8, 64)
