@@ -11,10 +11,7 @@
 
 namespace m3 {
 
-// A buffer far larger than the caches, kept for repeated measurements of the read bandwidth: a
-// benchmark that runs for minutes on a machine whose bandwidth drifts (other tenants) measures it
-// beside each run it compares with it, not once at the start.
-// GB/s (1e9 bytes/s) of a pass over the buffer on every thread of the pool, read two ways: each
+// GB/s (1e9 bytes/s) of a pass over a buffer on every thread of the pool, read two ways: each
 // thread's share front to back (one stream), and cut into 4 streams read a line of each in turn,
 // with software prefetches, as the decode tiles read weight rows. Which is faster depends on the
 // machine (docs/BENCHMARKS.md §0ze: on a Zen 4 guest one stream, on a Zen 5 guest four streams by
@@ -24,6 +21,9 @@ struct ReadBandwidth {
   double best() const { return one_stream > streams ? one_stream : streams; }
 };
 
+// A buffer far larger than the caches, kept for repeated measurements of the read bandwidth: a
+// benchmark that runs for minutes on a machine whose bandwidth drifts (other tenants) measures it
+// beside each run it compares with it, not once at the start.
 class ReadBandwidthProbe {
  public:
   // `bytes` of floats, first touched by the thread of the pool that reads each share.
