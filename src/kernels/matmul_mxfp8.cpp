@@ -219,8 +219,9 @@ struct Mxfp8Policy {
 constexpr int kChunkBlocks = 32;
 
 // The direct tiles' walk over the blocks of K: chunk(kb0, nb) readies the factors of blocks kb0 ..
-// kb0 + nb - 1 (false: the tile cannot run them), then block(kb, i, line) runs each block (i =
-// kb - kb0), two at a time, so that `line` marks the first block of each 64-byte line of codes.
+// kb0 + nb - 1 (false: the tile cannot run them), then block(kb, i, line, pair) runs each block
+// (i = kb - kb0), two at a time, so that `line` marks the first block of each 64-byte line of
+// codes, and `pair` a first block whose partner (the next block) follows in the same walk.
 // Always inlined, so that the tiles' lambdas inline into their own target's code.
 template <class Chunk, class Block>
 __attribute__((always_inline)) inline bool walk_blocks(int64_t KB, Chunk& chunk, Block& block) {
@@ -229,10 +230,10 @@ __attribute__((always_inline)) inline bool walk_blocks(int64_t KB, Chunk& chunk,
     if (!chunk(kb0, nb)) return false;
     int i = 0;
     for (; i + 2 <= nb; i += 2) {
-      block(kb0 + i, i, true);
-      block(kb0 + i + 1, i + 1, false);
+      block(kb0 + i, i, true, true);
+      block(kb0 + i + 1, i + 1, false, false);
     }
-    if (i < nb) block(kb0 + i, i, true);
+    if (i < nb) block(kb0 + i, i, true, false);
   }
   return true;
 }
@@ -282,20 +283,27 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) acc[m][j] = _mm512_setzero_ps();
-  __m256i doubled = _mm256_setzero_si256();  // the largest code byte doubled
+  // The largest code byte doubled, taken over both blocks of a pair at once: one add and one
+  // maximum per pair and row, where a block at a time took two per block and row (3-5% of the
+  // tile's time, docs/BENCHMARKS.md §0zf).
+  __m512i doubled = _mm512_setzero_si512();
   const int64_t KB = a.K / kBlock;
   const int64_t ahead = direct_tile_prefetch_bytes();
   alignas(64) float factor[NR][kChunkBlocks];
-  // Block kb (the i-th of its chunk) of every row; `line` where it starts a 64-byte line of codes.
-  auto block = [&](int64_t kb, int i, bool line) M3_AVX512 {
+  // Block kb (the i-th of its chunk) of every row; `line` where it starts a 64-byte line of codes,
+  // `pair` where the next block's codes are checked with its own.
+  auto block = [&](int64_t kb, int i, bool line, bool pair) M3_AVX512 {
     __m512 x0[MR], x1[MR];
     blocked::load_x512<MR>(a, kb, x0, x1);
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
       const uint8_t* c = q[j] + kb * kBlock;
-      if (line) _mm_prefetch(reinterpret_cast<const char*>(c + ahead), _MM_HINT_T0);
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
-      doubled = _mm256_max_epu8(doubled, _mm256_add_epi8(raw, raw));
+      if (line) {
+        _mm_prefetch(reinterpret_cast<const char*>(c + ahead), _MM_HINT_T0);
+        const __m512i raw = pair ? _mm512_loadu_si512(c)
+                                 : _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(c)));
+        doubled = _mm512_max_epu8(doubled, _mm512_add_epi8(raw, raw));
+      }
       __m512 w0, w1;
       widen_block<W>(c, w0, w1);
       w0 = blocked::mul_broadcast512(w0, &factor[j][i]);
@@ -312,7 +320,7 @@ M3_AVX512 bool direct512_pass(const LinearWeight& w, int64_t n, int64_t row_step
     return true;
   };
   if (!walk_blocks(KB, chunk, block)) return false;
-  if (_mm256_movemask_epi8(_mm256_cmpeq_epi8(doubled, _mm256_set1_epi8(char(0xfe)))) != 0) return false;
+  if (_mm512_cmpeq_epi8_mask(doubled, _mm512_set1_epi8(char(0xfe))) != 0) return false;
   for (int m = 0; m < MR; ++m)
     for (int j = 0; j < NR; ++j) a.y[m * a.y_stride + j * a.y_col_stride] = reduce16(acc[m][j]);
   return true;
@@ -392,7 +400,7 @@ M3_AVX2 bool direct256_pass(const LinearWeight& w, int64_t n, int64_t row_step, 
   const int64_t KB = a.K / kBlock;
   const int64_t ahead = direct_tile_prefetch_bytes();
   alignas(32) float factor[NR][kChunkBlocks];
-  auto block = [&](int64_t kb, int i, bool line) M3_AVX2 {
+  auto block = [&](int64_t kb, int i, bool line, bool) M3_AVX2 {
     const float* x = a.x + kb * a.x_block_stride;
 #pragma GCC unroll 8
     for (int j = 0; j < NR; ++j) {
