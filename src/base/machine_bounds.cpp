@@ -86,11 +86,11 @@ double BenchClock::now() const {
 }
 
 ReadBandwidthProbe::ReadBandwidthProbe(ThreadPool& pool, size_t bytes)
-    : pool_(pool), n_(bytes / sizeof(float)), buf_(new float[n_]) {
+    : pool_(pool), n_(bytes / sizeof(float)), buf_(n_ * sizeof(float)) {
   const size_t threads = size_t(pool_.size());
   // First touch from the thread that reads each share, so pages are placed the way they are read.
   pool_.on_each_thread([&](int t) {
-    std::fill(buf_.get() + n_ * size_t(t) / threads, buf_.get() + n_ * size_t(t + 1) / threads, 1.0f);
+    std::fill(floats() + n_ * size_t(t) / threads, floats() + n_ * size_t(t + 1) / threads, 1.0f);
   });
 }
 
@@ -100,7 +100,7 @@ ReadBandwidth ReadBandwidthProbe::measure_each(const BenchClock& clock) {
   auto pass = [&](float (*sum)(const float*, size_t)) {
     std::vector<float> part(threads, 0.0f);
     const double t0 = clock.now();
-    pool_.on_each_thread([&](int t) { part[size_t(t)] = sum(buf_.get() + lo(t), lo(t + 1) - lo(t)); });
+    pool_.on_each_thread([&](int t) { part[size_t(t)] = sum(floats() + lo(t), lo(t + 1) - lo(t)); });
     const double dt = clock.since(t0);
     volatile float sink = 0.0f;
     for (float x : part) sink = sink + x;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 
+#include "base/mapped_file.h"
 #include "base/thread_pool.h"
 #include "m3/bench_clock.h"
 
@@ -26,7 +27,8 @@ struct ReadBandwidth {
 // beside each run it compares with it, not once at the start.
 class ReadBandwidthProbe {
  public:
-  // `bytes` of floats, first touched by the thread of the pool that reads each share.
+  // `bytes` of floats, first touched by the thread of the pool that reads each share, on huge pages
+  // as the weights are (base/mapped_file.h), so that a decode's reads and this bound see the same TLB.
   ReadBandwidthProbe(ThreadPool& pool, size_t bytes = size_t(1) << 30);
   // One pass of each read pattern.
   ReadBandwidth measure_each(const BenchClock& clock = {});
@@ -36,7 +38,8 @@ class ReadBandwidthProbe {
  private:
   ThreadPool& pool_;
   size_t n_;  // floats
-  std::unique_ptr<float[]> buf_;
+  HugePageBuffer buf_;
+  float* floats() const { return reinterpret_cast<float*>(buf_.data()); }
 };
 
 // GB/s (1e9 bytes/s) reading `bytes` (default 1 GiB) in each pattern, best of `reps` each.

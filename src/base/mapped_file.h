@@ -1,7 +1,8 @@
 #pragma once
 // A read-only memory map of a whole file. Checkpoint weights stay mapped: nothing is copied
 // unless a tensor's bytes are misaligned for its element type (see io/safetensors), or the caller
-// asks for the file to be read into memory (--no-mmap).
+// asks for the file to be read into memory (--no-mmap). Either way the bytes start at a 2 MiB
+// boundary, advised onto transparent huge pages (mapped_file.cpp says when the kernel obliges).
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -34,6 +35,25 @@ class MappedFile {
  private:
   std::string path_;
   const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Fresh zeroed writable memory placed as MappedFile places weights (a 2 MiB boundary, advised onto
+// huge pages): for benchmarks whose buffers stand in for a checkpoint's weights. Throws m3::Error.
+class HugePageBuffer {
+ public:
+  explicit HugePageBuffer(size_t size);
+  ~HugePageBuffer();
+  HugePageBuffer(HugePageBuffer&& o) noexcept;
+  HugePageBuffer& operator=(HugePageBuffer&& o) = delete;
+  HugePageBuffer(const HugePageBuffer&) = delete;
+  HugePageBuffer& operator=(const HugePageBuffer&) = delete;
+
+  uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  uint8_t* data_ = nullptr;
   size_t size_ = 0;
 };
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "m3/error.h"
+#include "base/mapped_file.h"
 #include "io/safetensors.h"
 
 namespace fs = std::filesystem;
@@ -233,6 +235,35 @@ TEST(Safetensors, EmptyFileWithNoTensors) {
   m3::write_safetensors(dir.file("e.safetensors"), {});
   auto f = SafetensorsFile::open(dir.file("e.safetensors"));
   EXPECT_TRUE(f->tensors().empty());
+}
+
+// The weights' file mapped and read into memory (--no-mmap): the file's bytes either way, starting
+// at a 2 MiB boundary (the condition for the kernel to back them with huge pages), for sizes below
+// a page, between pages and above 2 MiB; the two views of one file live side by side. The same for
+// the benchmarks' buffers.
+TEST(MappedFile, MappedAndReadGiveTheFileBytesAtAHugePageBoundary) {
+  TempDir dir;
+  std::mt19937 rng(7);
+  for (const size_t size : {size_t(1), size_t(4097), (size_t(3) << 20) + 5}) {
+    std::vector<uint8_t> bytes(size);
+    for (auto& b : bytes) b = uint8_t(rng());
+    const std::string path = dir.file(std::to_string(size) + ".bin");
+    write_bytes(path, bytes);
+    const m3::MappedFile mapped(path, {.map = true});
+    const m3::MappedFile read(path, {.map = false});
+    for (const m3::MappedFile* f : {&mapped, &read}) {
+      ASSERT_EQ(f->size(), size);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(f->data()) % (uintptr_t(2) << 20), 0u) << size;
+      EXPECT_EQ(std::memcmp(f->data(), bytes.data(), size), 0) << size;
+    }
+    // The benchmarks' stand-in for mapped weights: placed alike, zeroed and writable.
+    m3::HugePageBuffer buffer(size);
+    ASSERT_EQ(buffer.size(), size);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(buffer.data()) % (uintptr_t(2) << 20), 0u) << size;
+    EXPECT_EQ(std::count(buffer.data(), buffer.data() + size, 0), std::ptrdiff_t(size));
+    std::memcpy(buffer.data(), bytes.data(), size);
+    EXPECT_EQ(buffer.data()[size - 1], bytes[size - 1]);
+  }
 }
 
 // U8 of 3 bytes, then F32 and BF16 at offsets that are not multiples of their size.

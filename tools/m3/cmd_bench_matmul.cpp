@@ -3,7 +3,8 @@
 //   * matmul y[M,N] = x[M,K]·W[N,K]ᵀ with bf16 weights for M = 1..512 at model-sized shapes.
 // Small M is bounded by streaming the weights (bytes / bandwidth), large M by the FMA peak
 // (flops / peak); each row prints the larger of the two bounds and how close the kernel gets.
-// Weights are cycled through enough copies that every repetition reads them from DRAM, as decode does.
+// Weights are cycled through enough copies that every repetition reads them from DRAM, as decode
+// does, each copy on huge pages as the engine places a checkpoint's (base/mapped_file.h).
 // Medians of --reps repetitions. M3_CPU=avx2|generic measures the other kernel paths.
 // --kernels (or --fills; blocked formats) also times each path's kernels alone on one thread,
 // cache-resident: the panel fills (the scalar dequantization, each SIMD path's fill and the
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "base/cpu_features.h"
+#include "base/mapped_file.h"
 #include "m3/dtype.h"
 #include "m3/error.h"
 #include "base/machine_bounds.h"
@@ -239,9 +241,10 @@ void run_bench(const MatmulBenchOptions& o) {
       wbytes += size_t(N) * side_row.back();
     }
     const int copies = int(std::max<int64_t>(1, (o.stream_mib << 20) / int64_t(wbytes) + 1));
-    std::vector<std::vector<uint8_t>> weights(static_cast<size_t>(copies));
-    for (auto& wc : weights) {
-      wc.resize(wbytes);
+    std::vector<HugePageBuffer> weights;
+    weights.reserve(size_t(copies));
+    for (int c = 0; c < copies; ++c) {
+      const HugePageBuffer& wc = weights.emplace_back(wbytes);
       std::vector<float> row(static_cast<size_t>(K));
       std::vector<uint8_t*> side(format->side.size());
       for (int64_t r = 0; r < N; ++r) {
